@@ -1,0 +1,5 @@
+"""NumPyro distributions over records and count tables."""
+
+from .mrf import MarkovRandomField
+
+__all__ = ["MarkovRandomField"]

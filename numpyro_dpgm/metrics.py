@@ -1,0 +1,76 @@
+"""Accuracy measures between models and tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from .distributions.mrf import MarkovRandomField
+from .inference import junction_tree as jt
+from .network import MarkovNetwork
+from .tables import CliqueTables, project_table
+
+__all__ = ["kl_divergence", "embed_theta", "total_variation", "marginal_l1_error"]
+
+
+def embed_theta(source: MarkovNetwork, theta: Any, target: MarkovNetwork) -> Any:
+    """Re-express ``source``'s log-potentials in ``target``'s layout.
+
+    Every clique of ``source`` must have a clique of ``target`` with the same attributes (any
+    order); cliques of ``target`` without a counterpart get zero log-potentials.
+    """
+    if source.domain != target.domain:
+        raise ValueError("networks over different domains cannot share parameters")
+    tables = source.unflatten(jnp.asarray(theta))
+    by_set = {frozenset(c): c for c in source.cliques}
+    missing = [c for c in source.cliques if frozenset(c) not in {frozenset(t) for t in target.cliques}]
+    if missing:
+        raise ValueError(f"target network lacks clique(s) {missing}")
+    out = {}
+    for c, shape in zip(target.cliques, target.shapes, strict=True):
+        src = by_set.get(frozenset(c))
+        out[c] = (jnp.zeros(shape, dtype=jnp.result_type(theta)) if src is None
+                  else project_table(tables[src], src, c))  # a pure transpose here
+    return target.flatten(CliqueTables(out))
+
+
+def kl_divergence(p: MarkovRandomField, q: MarkovRandomField) -> Any:
+    """Exact ``KL(p_θ ‖ p_φ) = (θ − φ)·μ(θ) − A(θ) + A(φ)``.
+
+    Both models are re-expressed on the union of their cliques (zero log-potentials where a
+    clique is absent), so the identity holds with one junction tree. Unbatched models only.
+    """
+    for m in (p, q):
+        if not isinstance(m, MarkovRandomField):
+            raise TypeError(f"kl_divergence expects MarkovRandomField, got {type(m).__name__}")
+        if m.batch_shape:
+            raise ValueError("kl_divergence takes unbatched models; use jax.vmap over theta")
+    if p.network.domain != q.network.domain:
+        raise ValueError("models over different domains: KL is undefined")
+    union = p.network.with_cliques(q.network.cliques)
+    theta = embed_theta(p.network, p.theta, union)
+    phi = embed_theta(q.network, q.theta, union)
+    mu = union.flatten(jt.marginals(union, theta))
+    return (jnp.dot(theta - phi, mu) - jt.log_partition(union, theta)
+            + jt.log_partition(union, phi))
+
+
+def total_variation(p: Any, q: Any) -> Any:
+    """``½ Σ |p − q|`` of two probability tables (or arrays) of the same shape."""
+    p, q = jnp.asarray(p), jnp.asarray(q)
+    if p.shape != q.shape:
+        raise ValueError(f"tables of different shapes {p.shape} and {q.shape}")
+    return 0.5 * jnp.sum(jnp.abs(p - q))
+
+
+def marginal_l1_error(model: MarkovRandomField, tables: CliqueTables) -> Any:
+    """Mean over cliques of ``Σ |μ_C(model) − t_C / Σ t_C|`` (L1 error of normalised tables).
+
+    ``tables`` may cover any attribute sets, in or out of the model.
+    """
+    errors = []
+    for c, t in tables.items():
+        t = jnp.asarray(t)
+        errors.append(2 * total_variation(model.marginal(c), t / jnp.sum(t)))
+    return jnp.mean(jnp.stack(errors))
