@@ -1,0 +1,216 @@
+"""The collective graphical model: the distribution of the clique count tables of N records."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import gammaln, xlogy
+from numpyro.distributions import constraints
+from numpyro.distributions.distribution import Distribution
+
+from .._precision import warn_if_float32
+from ..domain import Clique
+from ..inference import junction_tree as jt
+from ..network import MarkovNetwork
+from ..tables import CliqueTables, project_table
+from .constraints import count_tables, scaled_marginal_polytope
+
+__all__ = ["CollectiveGraphicalModel", "DecomposableLayout", "decomposable_layout"]
+
+
+class DecomposableLayout(NamedTuple):
+    """Where the junction-tree clique and separator tables of a decomposable network live.
+
+    Attributes
+    ----------
+    covered : MarkovNetwork
+        The network restricted to the attributes its cliques mention (attributes in no clique are
+        free and sum out of the CGM).
+    tree_cliques : tuple of network cliques
+        For every junction-tree clique, the network clique with the same attributes.
+    separators : tuple of (network clique, separator) pairs
+        For every edge of the junction tree, a network clique containing the separator and the
+        separator's attributes (its table is the projection).
+    """
+
+    covered: MarkovNetwork
+    tree_cliques: tuple[Clique, ...]
+    separators: tuple[tuple[Clique, Clique], ...]
+
+
+@functools.lru_cache(maxsize=128)
+def decomposable_layout(network: MarkovNetwork) -> DecomposableLayout:
+    """Junction-tree layout of a decomposable network (cached); a clear error otherwise."""
+    attrs = [a for a in network.domain.attrs if any(a in c for c in network.cliques)]
+    covered = MarkovNetwork(network.domain.project(attrs), network.cliques)
+    if not covered.is_decomposable:
+        raise ValueError(
+            "the exact CGM distribution needs a decomposable network (its maximal cliques must be "
+            f"those of a chordal graph); {list(network.cliques)} is not. Add the cliques of a "
+            "triangulation (see MarkovNetwork.junction_tree) or use relaxed=True."
+        )
+    tree = covered.junction_tree_for("min_fill")
+    by_set = {frozenset(c): c for c in network.cliques}
+    tree_cliques = tuple(by_set[frozenset(c)] for c in tree.cliques)
+    seps = []
+    for i, p in enumerate(tree.parent):
+        if p >= 0:
+            seps.append((tree_cliques[i], tree.separators[i]))
+    return DecomposableLayout(covered, tree_cliques, tuple(seps))
+
+
+def _log_base_measure(layout: DecomposableLayout, n: Any, total: Any, lgamma: bool = True) -> Any:
+    """``log h(n) = log N! + Σ_S Σ log n_S! − Σ_C Σ log n_C!`` (seed 002, §3.2), or its Stirling
+    form ``N·H_JT(n/N)`` when ``lgamma`` is false."""
+    tables = layout.covered.unflatten(n)
+
+    def term(t: Any) -> Any:
+        return jnp.sum(gammaln(t + 1.0)) if lgamma else -jnp.sum(xlogy(t, t))
+
+    out = -sum(term(tables[c]) for c in layout.tree_cliques)
+    out = out + sum(term(project_table(tables[c], c, s)) for c, s in layout.separators)
+    if lgamma:
+        return out + gammaln(total + 1.0)
+    # Stirling: Σ_C H(n_C) − Σ_S H(n_S) with H(t) = −Σ t log(t/N) = −Σ t log t + N log N
+    n_edges = len(layout.separators)
+    return out + (len(layout.tree_cliques) - n_edges) * xlogy(total, total)
+
+
+class CollectiveGraphicalModel(Distribution):
+    """Distribution of the clique count tables ``n = Σ_i φ(x_i)`` of ``N`` i.i.d. records.
+
+    Parameters
+    ----------
+    network : MarkovNetwork
+    theta : array ``batch + (num_params,)`` or CliqueTables
+        Log-potentials of the record-level model ``p_θ``.
+    total_count : int or array
+        ``N``, the number of records (public in this model).
+    relaxed : bool
+        ``False``: the exact CGM on integer consistent tables (seed 002, §3.2; Liu et al. 2014),
+        ``log p(n) = θ·n − N A(θ) + log h(n)`` with the junction-tree base measure ``h``; exact
+        only on decomposable networks (a clear error otherwise). ``True``: a density on the
+        scaled marginal polytope ``N·M``.
+    relaxation : {"lgamma", "stirling"}
+        Relaxed density: ``"lgamma"`` replaces ``n!`` by ``Γ(n+1)`` in the exact pmf (equal to it
+        at integer tables); ``"stirling"`` is ``θ·n + N·H(n/N) − N·A(θ)`` (seed 002, Eq. 5).
+
+    Notes
+    -----
+    Event shape ``(num_params,)`` in the network's layout: every clique's table, including cliques
+    contained in others (their tables are projections). ``sample`` draws ``N`` records by
+    junction-tree forward sampling and counts them, so ``total_count`` must be a concrete integer
+    there.
+    """
+
+    arg_constraints = {"theta": constraints.real_vector}
+    pytree_data_fields = ("theta", "total_count")
+    pytree_aux_fields = ("network", "relaxed", "relaxation")
+
+    def __init__(
+        self,
+        network: MarkovNetwork,
+        theta: Any,
+        total_count: Any,
+        relaxed: bool = False,
+        *,
+        relaxation: str = "lgamma",
+        validate_args: bool | None = None,
+    ):
+        if not isinstance(network, MarkovNetwork):
+            raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
+        if relaxation not in ("lgamma", "stirling"):
+            raise ValueError(f"relaxation must be 'lgamma' or 'stirling', got {relaxation!r}")
+        if isinstance(theta, CliqueTables):
+            theta = network.flatten(theta)
+        theta = jnp.asarray(theta)
+        if theta.ndim < 1 or theta.shape[-1] != network.num_params:
+            raise ValueError(
+                f"theta has shape {theta.shape}; this network needs (..., {network.num_params})"
+            )
+        if not isinstance(total_count, jax.core.Tracer):
+            n_arr = jnp.asarray(total_count)
+            if n_arr.ndim == 0 and (float(n_arr) < 0 or float(n_arr) != math.floor(float(n_arr))):
+                raise ValueError(f"total_count must be a non-negative integer, got {total_count}")
+        if theta.dtype == jnp.float32:
+            warn_if_float32("CollectiveGraphicalModel")
+        self.network = network
+        self.theta = theta
+        self.total_count = total_count
+        self.relaxed = bool(relaxed)
+        self.relaxation = relaxation
+        batch = jnp.broadcast_shapes(theta.shape[:-1], jnp.shape(total_count))
+        super().__init__(batch, (network.num_params,), validate_args=validate_args)
+
+    @constraints.dependent_property(is_discrete=False, event_dim=1)
+    def support(self) -> constraints.Constraint:
+        if self.relaxed:
+            return scaled_marginal_polytope(self.network, self.total_count)
+        return count_tables(self.network, self.total_count)
+
+    @property
+    def is_discrete(self) -> bool:
+        return not self.relaxed
+
+    def _log_partition(self) -> Any:
+        """``A(θ)`` over the attributes the cliques cover, shape ``batch``."""
+        layout_net = self._covered()
+        fn = lambda t: jt.log_partition(layout_net, t)  # noqa: E731
+        if self.theta.ndim == 1:
+            return fn(self.theta)
+        flat = jnp.reshape(self.theta, (-1, self.network.num_params))
+        return jnp.reshape(jax.vmap(fn)(flat), self.theta.shape[:-1])
+
+    def _covered(self) -> MarkovNetwork:
+        attrs = [a for a in self.network.domain.attrs
+                 if any(a in c for c in self.network.cliques)]
+        return MarkovNetwork(self.network.domain.project(attrs), self.network.cliques)
+
+    def log_prob(self, value: Any) -> Any:
+        """Exact (``relaxed=False``) or relaxed log density of count tables ``value``."""
+        if self._validate_args:
+            self._validate_sample(value)
+        value = jnp.asarray(value)
+        relaxed_stirling = self.relaxed and self.relaxation == "stirling"
+        layout = decomposable_layout(self.network)
+        n_flat = jnp.reshape(value, (-1, self.network.num_params))
+        total = jnp.broadcast_to(self.total_count, value.shape[:-1]).reshape(-1)
+        base = jax.vmap(
+            lambda n, N: _log_base_measure(layout, n, N, lgamma=not relaxed_stirling)
+        )(n_flat, total).reshape(value.shape[:-1])
+        energy = jnp.sum(self.theta * value, axis=-1)
+        return energy - self.total_count * self._log_partition() + base
+
+    def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> Any:
+        """Draw ``N`` records from ``p_θ`` and count them (exact CGM draws)."""
+        try:
+            n = int(self.total_count)
+        except TypeError:
+            raise TypeError(
+                "sampling needs a concrete integer total_count (it draws that many records)"
+            ) from None
+        shape = sample_shape + self.batch_shape
+        thetas = jnp.broadcast_to(self.theta, shape + self.theta.shape[-1:])
+        keys = jax.random.split(key, max(math.prod(shape), 1))
+        flat = jnp.reshape(thetas, (-1, self.network.num_params))
+        net = self.network
+
+        def one(t: Any, k: Any) -> Any:
+            return net.features(jt.sample(net, t, k, n))
+
+        counts = jax.vmap(one)(flat, keys[: flat.shape[0]])
+        return jnp.reshape(counts, shape + (net.num_params,))
+
+    @property
+    def mean(self) -> Any:
+        """``E[n] = N·μ(θ)``."""
+        net = self.network
+        fn = lambda t: net.flatten(jt.marginals(net, t))  # noqa: E731
+        mu = fn(self.theta) if self.theta.ndim == 1 else jax.vmap(fn)(
+            jnp.reshape(self.theta, (-1, net.num_params))
+        ).reshape(self.theta.shape)
+        return jnp.asarray(self.total_count)[..., None] * mu
