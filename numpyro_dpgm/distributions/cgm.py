@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import gammaln, xlogy
 from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
@@ -132,9 +133,9 @@ class CollectiveGraphicalModel(Distribution):
             raise ValueError(
                 f"theta has shape {theta.shape}; this network needs (..., {network.num_params})"
             )
-        if not isinstance(total_count, jax.core.Tracer):
-            n_arr = jnp.asarray(total_count)
-            if n_arr.ndim == 0 and (float(n_arr) < 0 or float(n_arr) != math.floor(float(n_arr))):
+        if isinstance(total_count, int | float | np.number | np.ndarray):  # concrete: check
+            n_arr = np.asarray(total_count, dtype=float)
+            if np.any(n_arr < 0) or np.any(n_arr != np.floor(n_arr)):
                 raise ValueError(f"total_count must be a non-negative integer, got {total_count}")
         if theta.dtype == jnp.float32:
             warn_if_float32("CollectiveGraphicalModel")
@@ -184,6 +185,12 @@ class CollectiveGraphicalModel(Distribution):
         )(n_flat, total).reshape(value.shape[:-1])
         energy = jnp.sum(self.theta * value, axis=-1)
         return energy - self.total_count * self._log_partition() + base
+
+    def complete_log_likelihood(self, value: Any) -> Any:
+        """``θ·n − N·A(θ)``: the part of ``log p(n; θ)`` that depends on θ (EM's M-step
+        objective, seed 002, Algorithm 2), defined on any network and any real ``n``."""
+        return jnp.sum(self.theta * jnp.asarray(value), axis=-1) - (
+            self.total_count * self._log_partition())
 
     def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> Any:
         """Draw ``N`` records from ``p_θ`` and count them (exact CGM draws)."""

@@ -1,0 +1,232 @@
+"""EM over a NumPyro model with a collective-graphical-model site (seed 002, Algorithm 2)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from numpyro import handlers
+from numpyro.distributions import biject_to, constraints
+
+from ..distributions.cgm import CollectiveGraphicalModel
+from ..distributions.mrf import MarkovRandomField
+from ..inference import junction_tree as jt
+from .handlers import _join, nlbp, split_static
+
+__all__ = ["EM", "EMResult"]
+
+
+class EMResult(NamedTuple):
+    """Output of :meth:`EM.run`.
+
+    Attributes
+    ----------
+    params : dict
+        Final values of the model's ``numpyro.param`` sites.
+    n : array
+        The last E-step's estimate of the latent count tables.
+    model : MarkovRandomField
+        The record-level model at the final parameters.
+    iterations : int
+    converged : bool
+    marginal_change : list of float
+        ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁`` per iteration.
+    estep_objective : list of float
+        NLBP's ``F(n̂)`` per iteration.
+    elapsed : float
+    """
+
+    params: dict
+    n: Any
+    model: MarkovRandomField
+    iterations: int
+    converged: bool
+    marginal_change: list
+    estep_objective: list
+    elapsed: float
+
+
+class EM:
+    """Expectation-maximisation for a NumPyro model whose latent site is a CGM.
+
+    E-step: the :class:`~numpyro_dpgm.infer.handlers.nlbp` handler replaces the latent site by
+    the approximate MAP of ``p(n | y; θ_t)``. M-step: maximise the complete-data log-likelihood
+    ``θ·n̂ − N·A(θ)`` (plus the observed sites' log densities) over the ``numpyro.param`` sites.
+    When the CGM's ``theta`` is itself a param site and NLBP runs in natural space, the maximiser
+    is NLBP's ``η̂`` (moment matching, no optimisation); otherwise (e.g. tied parameters,
+    ``theta = f(params)``) L-BFGS from ``optax`` solves it in the params' unconstrained space.
+
+    Parameters
+    ----------
+    model : callable
+        A NumPyro model with a :class:`CollectiveGraphicalModel` sample site ``latent`` and
+        observed sites downstream of it.
+    latent : str
+    max_iters : int
+        EM iterations (a regulariser for MAP-EM; see :func:`numpyro_dpgm.estimation.cgm_em`).
+    inner_iters : int
+        NLBP iterations per E-step.
+    tol : float
+        Stop when the model's marginals change by less than ``tol`` (L1, per clique).
+    space, damping, smoothing :
+        NLBP options.
+    lbfgs_iters : int
+        Iterations of the general M-step.
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp, numpyro
+    >>> from numpyro_dpgm import MarkovNetwork
+    >>> from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
+    >>> numpyro.enable_x64()
+    >>> net = MarkovNetwork({"a": 2, "b": 2}, [("a", "b")])
+    >>> def model(y, N, scale):
+    ...     theta = numpyro.param("theta", jnp.zeros(net.num_params))
+    ...     n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, total_count=N))
+    ...     numpyro.sample("y", LaplaceNoise(n, scale), obs=y)
+    >>> fit = EM(model, latent="n", max_iters=5).run(jax.random.key(0), jnp.array([30., 5, 8, 57]), 100, 2.0)
+    >>> fit.model.marginal(("a",)).round(2).tolist()
+    [0.35, 0.65]
+    """
+
+    def __init__(
+        self,
+        model: Callable,
+        latent: str = "n",
+        *,
+        max_iters: int = 10,
+        inner_iters: int = 50,
+        tol: float = 1e-6,
+        space: str = "natural",
+        damping: Any = None,
+        smoothing: float | None = None,
+        lbfgs_iters: int = 200,
+    ):
+        if max_iters < 1 or inner_iters < 1:
+            raise ValueError("max_iters and inner_iters must be at least 1")
+        self.model = model
+        self.latent = latent
+        self.max_iters = max_iters
+        self.tol = tol
+        self.lbfgs_iters = lbfgs_iters
+        self.nlbp_options = dict(space=space, damping=damping, max_iters=inner_iters,
+                                 smoothing=smoothing)
+
+    # -- E-step ----------------------------------------------------------------------------------
+    def _e_step(self, key: Any, params: dict, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        handler = nlbp(self.model, latent=self.latent, **self.nlbp_options)
+        wrapped = handlers.substitute(handlers.seed(handler, key), data=params)
+        tr = handlers.trace(wrapped).get_trace(*args, **kwargs)
+        if self.latent not in tr:
+            raise ValueError(f"the model has no sample site {self.latent!r}")
+        return tr, handler.results[self.latent]
+
+    # -- M-step ----------------------------------------------------------------------------------
+    def _theta_param(self, tr: Any) -> str | None:
+        theta = tr[self.latent]["fn"].theta
+        for name, site in tr.items():
+            if site["type"] == "param" and site["value"] is theta:
+                return name
+        return None
+
+    def _make_m_step(self, key: Any, tr: Any, args: tuple, kwargs: dict) -> Callable:
+        """Compile ``(params, n̂) ↦ argmax_params θ(params)·n̂ − N·A(θ(params)) + Σ log p(obs)``."""
+        names = [k for k, s in tr.items() if s["type"] == "param"]
+        transforms = {
+            k: biject_to(tr[k]["kwargs"].get("constraint", constraints.real)) for k in names
+        }
+        static, treedef, positions, arrays = split_static((args, kwargs))
+        model, latent, iters = self.model, self.latent, self.lbfgs_iters
+
+        def neg_q(u: dict, n_hat: Any, arrays: tuple) -> Any:
+            a, kw = _join(static, treedef, positions, arrays)
+            values = {k: transforms[k](v) for k, v in u.items()}
+            values[latent] = n_hat
+            with handlers.trace() as t, handlers.substitute(data=values), \
+                    handlers.seed(rng_seed=key):
+                model(*a, **kw)
+            total = 0.0
+            for name, site in t.items():
+                if site["type"] != "sample":
+                    continue
+                if name == latent:
+                    total = total + site["fn"].complete_log_likelihood(site["value"])
+                elif site["is_observed"]:
+                    total = total + jnp.sum(site["fn"].log_prob(site["value"]))
+            return -total
+
+        solver = optax.lbfgs()
+
+        @jax.jit
+        def solve(u: dict, n_hat: Any, arrays: tuple) -> dict:
+            f = lambda x: neg_q(x, n_hat, arrays)  # noqa: E731
+            value_and_grad = optax.value_and_grad_from_state(f)
+
+            def step(carry: Any, _: Any) -> Any:
+                u, state = carry
+                value, grad = value_and_grad(u, state=state)
+                updates, state = solver.update(grad, state, u, value=value, grad=grad,
+                                               value_fn=f)
+                return (optax.apply_updates(u, updates), state), None
+
+            (u, _), _ = jax.lax.scan(step, (u, solver.init(u)), None, length=iters)
+            return u
+
+        def m_step(params: dict, n_hat: Any) -> dict:
+            u = {k: transforms[k].inv(params[k]) for k in names}
+            u = solve(u, n_hat, arrays)
+            return {k: transforms[k](v) for k, v in u.items()}
+
+        return m_step
+
+    # -- loop ------------------------------------------------------------------------------------
+    def run(self, rng_key: Any, *args: Any, init_params: dict | None = None,
+            **kwargs: Any) -> EMResult:
+        """Run EM from the params' initial values (or ``init_params``)."""
+        start = time.perf_counter()
+        params = dict(init_params or {})
+        tr, res = self._e_step(rng_key, params, args, kwargs)
+        params = {k: s["value"] for k, s in tr.items() if s["type"] == "param"} | params
+        changes, objectives = [], []
+        converged = False
+        fn = tr[self.latent]["fn"]
+        mu_prev = fn.network.flatten(jt.marginals(fn.network, fn.theta))
+        natural = self.nlbp_options["space"] == "natural"
+        general_m_step = None
+        for it in range(self.max_iters):
+            if it > 0:
+                tr, res = self._e_step(rng_key, params, args, kwargs)
+            objectives.append(float(res.objective))
+            n_hat = tr[self.latent]["value"]
+            theta_name = self._theta_param(tr)
+            if natural and theta_name is not None:
+                params = dict(params, **{theta_name: res.eta})
+            else:
+                if general_m_step is None:
+                    general_m_step = self._make_m_step(rng_key, tr, args, kwargs)
+                params = general_m_step(params, n_hat)
+            theta = self._cgm(params, n_hat, args, kwargs, rng_key).theta
+            mu = fn.network.flatten(jt.marginals(fn.network, theta))
+            change = max(float(jnp.sum(jnp.abs(mu[fn.network.slice_of(c)]
+                                               - mu_prev[fn.network.slice_of(c)])))
+                         for c in fn.network.cliques)
+            changes.append(change)
+            mu_prev = mu
+            if change < self.tol:
+                converged = True
+                break
+        cgm = self._cgm(params, n_hat, args, kwargs, rng_key)
+        return EMResult(params, n_hat, MarkovRandomField(cgm.network, cgm.theta), len(changes),
+                        converged, changes, objectives, time.perf_counter() - start)
+
+    def _cgm(self, params: dict, n: Any, args: tuple, kwargs: dict,
+             key: Any) -> CollectiveGraphicalModel:
+        """The CGM site's distribution at ``params`` (its value substituted, not sampled)."""
+        data = dict(params)
+        data[self.latent] = n
+        model = handlers.substitute(handlers.seed(self.model, key), data=data)
+        return handlers.trace(model).get_trace(*args, **kwargs)[self.latent]["fn"]
