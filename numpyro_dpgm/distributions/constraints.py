@@ -41,7 +41,7 @@ def consistency_residual(network: MarkovNetwork, n: Any, total: Any) -> Any:
 def _project_batched(table: Any, clique: tuple, target: tuple, nb: int) -> Any:
     if nb == 0:
         return project_table(table, clique, target)
-    batch = ("__batch%d" % i for i in range(nb))
+    batch = (f"__batch{i}" for i in range(nb))
     full = tuple(batch) + clique
     return project_table(table, full, full[:nb] + target)
 

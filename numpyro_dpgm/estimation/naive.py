@@ -447,6 +447,7 @@ def naive_mle(
     l2: float | None = None,
     *,
     l2_floor: float = DEFAULT_L2_FLOOR,
+    l2_scale: float = 1.0,
     unmeasured: str = "error",
     non_identity: str = "error",
     tol: float = 1e-8,
@@ -478,6 +479,9 @@ def naive_mle(
         Laplace-equivalent scale ``sqrt(v_C / 2)`` of the per-cell noise variance ``v_C`` of the
         clique's (averaged) measurement. With equal noise on every table, as in seed 002's
         release (Eq. 3, ``b = |C|/ε``), this is the single ``λ = max(b/N, l2_floor)``.
+    l2_scale : float
+        Multiplier of the default rule, ``λ_C = max(l2_scale·b_C/N, l2_floor)`` (e.g. CGM-EM
+        starts from a deliberately smoother fit).
     l2_floor : float
         Floor of the default rule (ignored when ``l2`` is given).
     unmeasured : {"error", "zero"}
@@ -557,8 +561,10 @@ def naive_mle(
         network.domain, [c for c in network.cliques if c in combined])
     scales = {c: math.sqrt(combined[c].variance / 2.0) for c in fit_net.cliques}
     if l2 is None:
-        lam = {c: default_l2(scales[c], n_total, l2_floor) for c in fit_net.cliques}
-        rule = f"max(b/N, {l2_floor:g})"
+        if not math.isfinite(l2_scale) or l2_scale <= 0:
+            raise ValueError(f"l2_scale must be a positive number, got {l2_scale}")
+        lam = {c: default_l2(l2_scale * scales[c], n_total, l2_floor) for c in fit_net.cliques}
+        rule = f"max({l2_scale:g}·b/N, {l2_floor:g})"
     else:
         lam = dict.fromkeys(fit_net.cliques, lam_given)
         rule = "given"

@@ -88,7 +88,8 @@ class EM:
     ...     theta = numpyro.param("theta", jnp.zeros(net.num_params))
     ...     n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, total_count=N))
     ...     numpyro.sample("y", LaplaceNoise(n, scale), obs=y)
-    >>> fit = EM(model, latent="n", max_iters=5).run(jax.random.key(0), jnp.array([30., 5, 8, 57]), 100, 2.0)
+    >>> y = jnp.array([30.0, 5.0, 8.0, 57.0])
+    >>> fit = EM(model, latent="n", max_iters=5).run(jax.random.key(0), y, 100, 2.0)
     >>> fit.model.marginal(("a",)).round(2).tolist()
     [0.35, 0.65]
     """
