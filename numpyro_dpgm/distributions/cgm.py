@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -14,54 +13,17 @@ from numpyro.distributions import constraints
 from numpyro.distributions.distribution import Distribution
 
 from .._precision import warn_if_float32
-from ..domain import Clique
 from ..inference import junction_tree as jt
 from ..network import MarkovNetwork
 from ..tables import CliqueTables, project_table
-from .constraints import count_tables, scaled_marginal_polytope
+from .constraints import (
+    DecomposableLayout,
+    count_tables,
+    decomposable_layout,
+    scaled_marginal_polytope,
+)
 
 __all__ = ["CollectiveGraphicalModel", "DecomposableLayout", "decomposable_layout"]
-
-
-class DecomposableLayout(NamedTuple):
-    """Where the junction-tree clique and separator tables of a decomposable network live.
-
-    Attributes
-    ----------
-    covered : MarkovNetwork
-        The network restricted to the attributes its cliques mention (attributes in no clique are
-        free and sum out of the CGM).
-    tree_cliques : tuple of network cliques
-        For every junction-tree clique, the network clique with the same attributes.
-    separators : tuple of (network clique, separator) pairs
-        For every edge of the junction tree, a network clique containing the separator and the
-        separator's attributes (its table is the projection).
-    """
-
-    covered: MarkovNetwork
-    tree_cliques: tuple[Clique, ...]
-    separators: tuple[tuple[Clique, Clique], ...]
-
-
-@functools.lru_cache(maxsize=128)
-def decomposable_layout(network: MarkovNetwork) -> DecomposableLayout:
-    """Junction-tree layout of a decomposable network (cached); a clear error otherwise."""
-    attrs = [a for a in network.domain.attrs if any(a in c for c in network.cliques)]
-    covered = MarkovNetwork(network.domain.project(attrs), network.cliques)
-    if not covered.is_decomposable:
-        raise ValueError(
-            "the exact CGM distribution needs a decomposable network (its maximal cliques must be "
-            f"those of a chordal graph); {list(network.cliques)} is not. Add the cliques of a "
-            "triangulation (see MarkovNetwork.junction_tree) or use relaxed=True."
-        )
-    tree = covered.junction_tree_for("min_fill")
-    by_set = {frozenset(c): c for c in network.cliques}
-    tree_cliques = tuple(by_set[frozenset(c)] for c in tree.cliques)
-    seps = []
-    for i, p in enumerate(tree.parent):
-        if p >= 0:
-            seps.append((tree_cliques[i], tree.separators[i]))
-    return DecomposableLayout(covered, tree_cliques, tuple(seps))
 
 
 def _log_base_measure(layout: DecomposableLayout, n: Any, total: Any, lgamma: bool = True) -> Any:
