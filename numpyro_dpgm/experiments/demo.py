@@ -127,7 +127,7 @@ def run_demo(
         "records": data.total,
         "released": [list(c) for c in cliques],
         "sampler": "opendp" if seed is None else f"jax (seed {seed}, simulation)",
-        "ledger": [{"label": e.label, "cost": str(e.cost)} for e in ledger.entries],
+        "ledger": [{"label": e.label, "cost": str(e.cost)} for e in ledger.history],
         "noisy_tables_l1": _noisy_error(meas, truth, total),
         "methods": {k: {kk: vv for kk, vv in v.items() if kk != "model"}
                     for k, v in fits.items()},
