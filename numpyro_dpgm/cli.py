@@ -34,7 +34,8 @@ def demo(
     out: Annotated[Path, typer.Option(help="folder for summary.json and the figures")] = Path(
         "outputs/demo"),
     seed: Annotated[int | None, typer.Option(
-        help="simulate the release with the seeded JAX sampler (default: OpenDP's sampler)")] = None,
+        help="simulate the release with the seeded JAX sampler (default: OpenDP's sampler)",
+    )] = None,
     em_iters: Annotated[int, typer.Option(help="CGM-EM iterations")] = 10,
     prox_iters: Annotated[int, typer.Option(help="Prox-PGM iterations")] = 300,
 ) -> None:

@@ -45,7 +45,8 @@ class Domain(Mapping[str, int]):
             items = list(attrs.items())
         else:
             raise TypeError(
-                f"Domain expects a mapping attribute -> number of values, got {type(attrs).__name__}"
+                "Domain expects a mapping attribute -> number of values, got "
+                f"{type(attrs).__name__}"
             )
         names, sizes = [], []
         for name, size in items:

@@ -24,7 +24,8 @@ def embed_theta(source: MarkovNetwork, theta: Any, target: MarkovNetwork) -> Any
         raise ValueError("networks over different domains cannot share parameters")
     tables = source.unflatten(jnp.asarray(theta))
     by_set = {frozenset(c): c for c in source.cliques}
-    missing = [c for c in source.cliques if frozenset(c) not in {frozenset(t) for t in target.cliques}]
+    have = {frozenset(t) for t in target.cliques}
+    missing = [c for c in source.cliques if frozenset(c) not in have]
     if missing:
         raise ValueError(f"target network lacks clique(s) {missing}")
     out = {}

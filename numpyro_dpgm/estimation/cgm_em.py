@@ -34,8 +34,8 @@ from ..inference.nlbp import nlbp_map
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from ..tables import CliqueTables, project_table
+from .losses import LossTerm, build_terms, check_measurements, terms_loss
 from .naive import fit_mle, naive_mle
-from .prox_pgm import _build_terms, _check_measurements, _Term, _terms_loss
 from .result import Result
 
 __all__ = ["cgm_em", "MeasurementEvidence", "gauge_fix", "m_step"]
@@ -53,17 +53,17 @@ class MeasurementEvidence(NamedTuple):
     """
 
     network: MarkovNetwork
-    terms: tuple[_Term, ...]
+    terms: tuple[LossTerm, ...]
 
     @classmethod
     def build(
         cls, network: MarkovNetwork, measurements: Sequence[Measurement]
     ) -> tuple[MeasurementEvidence, Any]:
-        terms, data = _build_terms(network, measurements, "auto")
+        terms, data = build_terms(network, measurements, "auto")
         return cls(network, terms), data
 
     def __call__(self, n: Array, data: Any, smoothing: Array = 0.0) -> Array:
-        return -_terms_loss(self.network, self.terms, n, data, jnp.asarray(smoothing))
+        return -terms_loss(self.network, self.terms, n, data, jnp.asarray(smoothing))
 
 
 def gauge_fix(network: MarkovNetwork, theta: Array) -> Array:
@@ -201,7 +201,7 @@ def cgm_em(
     start = time.perf_counter()
     if not isinstance(network, MarkovNetwork):
         raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
-    measurements = _check_measurements(measurements, network.domain)
+    measurements = check_measurements(measurements, network.domain)
     if not measurements:
         raise ValueError("cgm_em needs at least one measurement")
     total = float(total_count)

@@ -38,7 +38,7 @@ from .._precision import warn_if_float32
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique
 from ..inference import junction_tree as jt
-from ..measurements import Measurement
+from ..measurements import Measurement, estimate_total
 from ..metrics import embed_theta
 from ..network import MarkovNetwork
 from ..tables import CliqueTables, project_table
@@ -429,17 +429,6 @@ def _combine(
     return combined, tuple(ignored)
 
 
-def _estimate_total(combined: Mapping[Clique, _Combined]) -> float:
-    """Minimum-variance unbiased estimate of ``N`` from the table sums, clipped below at 1.
-
-    The sum of a table with ``K`` cells and per-cell noise variance ``v`` estimates ``N`` with
-    variance ``K·v``; the estimates are averaged with inverse-variance weights.
-    """
-    est = np.array([c.table.sum() for c in combined.values()])
-    var = np.array([c.table.size * c.variance for c in combined.values()])
-    return float(max(np.sum(est / var) / np.sum(1.0 / var), 1.0))
-
-
 def naive_mle(
     measurements: Sequence[Measurement],
     network: MarkovNetwork,
@@ -551,7 +540,8 @@ def naive_mle(
         )
 
     if total_count is None:
-        n_total, estimated = _estimate_total(combined), True
+        used = [m for k, m in enumerate(measurements) if k not in ignored]
+        n_total, estimated = float(estimate_total(used)), True
     else:
         n_total, estimated = float(total_count), False
         if not math.isfinite(n_total) or n_total <= 0:
@@ -564,7 +554,8 @@ def naive_mle(
         if not math.isfinite(l2_scale) or l2_scale <= 0:
             raise ValueError(f"l2_scale must be a positive number, got {l2_scale}")
         lam = {c: default_l2(l2_scale * scales[c], n_total, l2_floor) for c in fit_net.cliques}
-        rule = f"max({l2_scale:g}·b/N, {l2_floor:g})"
+        factor = "" if l2_scale == 1 else f"{l2_scale:g}·"
+        rule = f"max({factor}b/N, {l2_floor:g})"
     else:
         lam = dict.fromkeys(fit_net.cliques, lam_given)
         rule = "given"

@@ -73,6 +73,7 @@ from ..measurements import (
     Laplace,
     Measurement,
     NoiseSpec,
+    estimate_total,
 )
 from ..network import MarkovNetwork
 from ..tables import CliqueTables
@@ -816,47 +817,3 @@ def simulate_release(
     if "sampler" in kwargs or "rng" in kwargs:
         raise TypeError("simulate_release fixes sampler='jax' and takes the seed as key")
     return release(data, cliques, budget, sampler="jax", rng=key, **kwargs)
-
-
-def estimate_total(
-    measurements: Sequence[Measurement],
-    *,
-    min_total: float = 1.0,
-    return_variance: bool = False,
-) -> float | tuple[float, float]:
-    """Estimate the number of records N from noisy identity measurements.
-
-    Every identity measurement of a clique table gives the unbiased estimate ``Σ y_C`` of N
-    with variance ``v_C · |cells_C|`` (``v_C`` the per-cell noise variance). The estimates are
-    combined by inverse-variance weighting,
-
-    ``N̂ = Σ_C w_C Σ y_C / Σ_C w_C`` with ``w_C = 1/(v_C |cells_C|)``, and ``Var N̂ = 1/Σ_C w_C``:
-
-    the minimum-variance unbiased combination (as in Private-PGM's
-    ``minimum_variance_unbiased_total``, McKenna et al.), then clipped below at ``min_total``
-    (which makes it slightly biased upward when N is tiny compared with the noise). Pure
-    post-processing: it costs no privacy. For discrete Gaussian noise ``v_C`` is the continuous
-    ``σ²``, a slight over-estimate that changes only the weights, not the unbiasedness.
-
-    Parameters
-    ----------
-    measurements : sequence of Measurement
-        Measurements with a non-identity ``query`` are skipped.
-    min_total : float
-        Lower clip (default 1).
-    return_variance : bool
-        Also return ``Var N̂`` (before clipping).
-    """
-    ident = [m for m in measurements if isinstance(m, Measurement) and m.query is None]
-    bad = [m for m in measurements if not isinstance(m, Measurement)]
-    if bad:
-        raise TypeError(f"estimate_total takes Measurements, got {type(bad[0]).__name__}")
-    if not ident:
-        raise ValueError(
-            "estimate_total needs at least one identity-query measurement (a noisy full table)"
-        )
-    inv_var = np.array([1.0 / (m.noise.variance * m.num_cells) for m in ident])
-    sums = np.array([float(np.sum(m.values)) for m in ident])
-    var = 1.0 / float(np.sum(inv_var))
-    value = max(float(min_total), float(np.sum(inv_var * sums)) * var)
-    return (value, var) if return_variance else value

@@ -376,7 +376,8 @@ def test_total_is_the_inverse_variance_estimate():
     variances = np.array([16.0 * 6, 8.0 * 6, 1.0 * 3])
     want = np.sum(ests / variances) / np.sum(1.0 / variances)
     assert estimate_total([m1, m2, m3, m4]) == pytest.approx(want, rel=1e-12)
-    assert estimate_total([m4]) is None
+    with pytest.raises(ValueError, match="determines the number of records"):
+        estimate_total([m4])
 
     fit = prox_pgm([m1, m2, m3, m4], net, iters=300, loss="l2")
     assert fit.extras["total_estimated"]

@@ -381,10 +381,14 @@ def test_estimate_total_closed_form():
     assert var == pytest.approx(1 / (1 / 4 + 1 / 16))
     assert value == pytest.approx((110 / 4 + 100 / 16) * var)
     assert estimate_total([Measurement(("a",), [-5.0, 1.0], Laplace(1.0))]) == 1.0  # clipped
-    q = Measurement(("a",), [1.0], Laplace(1.0), query=[[1.0, 1.0]])
-    assert estimate_total([m1, q]) == pytest.approx(110.0)
-    with pytest.raises(ValueError, match="identity-query"):
-        estimate_total([q])
+    # a query whose row is the total also estimates N (variance 2·1 = 2)
+    q = Measurement(("a",), [104.0], Laplace(1.0), query=[[1.0, 1.0]])
+    assert estimate_total([m1, q]) == pytest.approx((110 / 4 + 104 / 2) / (1 / 4 + 1 / 2))
+    # a query that cannot express the total contributes nothing; alone it is an error
+    r = Measurement(("a",), [1.0], Laplace(1.0), query=[[1.0, -1.0]])
+    assert estimate_total([m1, r]) == pytest.approx(110.0)
+    with pytest.raises(ValueError, match="determines the number of records"):
+        estimate_total([r])
 
 
 def test_estimate_total_unbiased(records):
