@@ -2,6 +2,15 @@
 
 from ..measurements import estimate_total
 from .cgm_em import cgm_em, m_step
+from .frank_wolfe import FrankWolfeResult, private_frank_wolfe
+from .ising import (
+    learn_ising,
+    learn_pairwise,
+    learn_structure,
+    learn_twise,
+    pmw_parities,
+    stable_mode,
+)
 from .losses import measurement_loss
 from .naive import DEFAULT_L2_FLOOR, default_l2, fit_mle, naive_mle, project_simplex
 from .prox_pgm import ExactOracle, MarginalOracle, answer_queries, prox_pgm
@@ -10,6 +19,7 @@ from .result import Result
 __all__ = [
     "DEFAULT_L2_FLOOR",
     "ExactOracle",
+    "FrankWolfeResult",
     "MarginalOracle",
     "Result",
     "answer_queries",
@@ -17,9 +27,16 @@ __all__ = [
     "default_l2",
     "estimate_total",
     "fit_mle",
+    "learn_ising",
+    "learn_pairwise",
+    "learn_structure",
+    "learn_twise",
     "m_step",
     "measurement_loss",
     "naive_mle",
+    "pmw_parities",
+    "private_frank_wolfe",
     "project_simplex",
     "prox_pgm",
+    "stable_mode",
 ]
