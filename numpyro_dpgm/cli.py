@@ -37,7 +37,7 @@ def demo(
         help="simulate the release with the seeded JAX sampler (default: OpenDP's sampler)",
     )] = None,
     em_iters: Annotated[int, typer.Option(help="CGM-EM iterations")] = 10,
-    prox_iters: Annotated[int, typer.Option(help="Prox-PGM iterations")] = 300,
+    prox_iters: Annotated[int, typer.Option(help="Prox-PGM iterations")] = 3000,
 ) -> None:
     """Release noisy Adult marginals, fit three estimators, report errors, write plots."""
     if epsilon <= 0:

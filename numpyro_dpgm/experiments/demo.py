@@ -63,7 +63,7 @@ def run_demo(
     out_dir: str | Path = "outputs/demo",
     seed: int | None = None,
     em_iters: int = 10,
-    prox_iters: int = 300,
+    prox_iters: int = 3000,
     progress: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run the demo and return its summary (also written to ``out_dir/summary.json``).
