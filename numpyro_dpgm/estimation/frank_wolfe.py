@@ -226,9 +226,9 @@ def logistic_loss(
 
 
 def _trace_capacity(iterations: int) -> int:
-    """Static length of the loss-trace buffer: 4096, or the next power of two ≥ ``T`` beyond
-    (``T`` itself is traced, so runs with different ``T`` share one compilation)."""
-    return max(4096, 1 << (int(iterations) - 1).bit_length())
+    """Static length of the loss-trace buffer: the next power of two ≥ ``T``, at least 256
+    (``T`` itself is traced, so runs whose ``T`` fall in one bucket share a compilation)."""
+    return max(256, 1 << (int(iterations) - 1).bit_length())
 
 
 def _fw_single(
