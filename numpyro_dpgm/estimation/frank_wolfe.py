@@ -225,10 +225,12 @@ def logistic_loss(
     return jnp.sum(weights * jax.nn.softplus(-margins)) / num_records
 
 
-def _trace_capacity(iterations: int) -> int:
-    """Static length of the loss-trace buffer: the next power of two ≥ ``T``, at least 256
-    (``T`` itself is traced, so runs whose ``T`` fall in one bucket share a compilation)."""
-    return max(256, 1 << (int(iterations) - 1).bit_length())
+def _trace_capacity(iterations: int, batch: int) -> int:
+    """Static length of the trace buffers: the next power of two ≥ ``T``, raised to 2048 when the
+    batch's buffers stay under 64 MB (``T`` itself is traced, so runs whose ``T`` share a bucket
+    share a compilation)."""
+    cap = 1 << (int(iterations) - 1).bit_length()
+    return max(cap, 2048) if batch * 2048 * 12 <= 64 * 2**20 else max(cap, 16)
 
 
 def _fw_single(
@@ -343,7 +345,7 @@ def run_frank_wolfe_batch(
         jnp.asarray(noise_scale, dtype),
         keys,
         jnp.asarray(T, jnp.int32),
-        _trace_capacity(T),
+        _trace_capacity(T, int(np.shape(labels)[0])),
         shared_features,
         with_trace,
     )
