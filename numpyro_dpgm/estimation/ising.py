@@ -202,6 +202,54 @@ def _compress(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uniq, counts.astype(float)
 
 
+#: Largest number of feature entries materialised for one batched Frank–Wolfe call.
+_MAX_BATCH_ENTRIES = 2**24
+
+
+def _solve_problems(
+    build: Any,
+    num: int,
+    keys: Any,
+    *,
+    radius: float,
+    num_records: int,
+    noise_scale: float,
+    iterations: int,
+    with_trace: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run Alg. 1 on ``num`` regression problems, in batches of bounded memory.
+
+    ``build(q)`` returns problem ``q``'s ``(features (m, d), labels (m,), weights (m,))`` (one
+    ``(m, d)`` for all ``q``). Problems are built and run a batch at a time; the last batch is
+    padded with copies of its first problem so that every batch has one compiled shape. Returns
+    weights ``(num, d)``, loss traces ``(num, T)`` and gaps ``(num,)``.
+    """
+    first = build(0)
+    m, d = first[0].shape
+    size = max(1, min(num, _MAX_BATCH_ENTRIES // max(m * d, 1)))
+    ws, losses, gaps = [], [], []
+    for start in range(0, num, size):
+        idx = list(range(start, min(start + size, num)))
+        real = len(idx)
+        idx += [idx[0]] * (size - real)
+        parts = [first if q == 0 else build(q) for q in idx]
+        w, loss, gap, _ = run_frank_wolfe_batch(
+            np.stack([f for f, _, _ in parts]),
+            np.stack([y for _, y, _ in parts]),
+            np.stack([o for _, _, o in parts]),
+            radius=radius,
+            num_records=num_records,
+            noise_scale=noise_scale,
+            iterations=iterations,
+            keys=keys[np.asarray(idx)],
+            with_trace=with_trace,
+        )
+        ws.append(w[:real])
+        losses.append(loss[:real])
+        gaps.append(gap[:real])
+    return np.concatenate(ws), np.concatenate(losses), np.concatenate(gaps)
+
+
 # ================================================================================================
 # accounting helpers
 # ================================================================================================
@@ -348,16 +396,13 @@ def twise_to_mrf(coefficients: Mapping[Monomial, float], domain: Domain) -> Mark
 # ================================================================================================
 # Ising: Alg. 2
 # ================================================================================================
-def _ising_features(spins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-node regression data of Alg. 2: ``x = (z_{−i}, 1)`` (increasing ``j``, bias last),
-    ``y = z_i``. Returns features ``(p, m, p)`` and labels ``(p, m)``."""
-    m, p = spins.shape
-    z = spins.astype(float)
-    feats = np.empty((p, m, p))
-    for i in range(p):
-        feats[i, :, : p - 1] = np.delete(z, i, axis=1)
-        feats[i, :, p - 1] = 1.0
-    return feats, z.T.copy()
+def _ising_node_problem(z: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """Node ``i``'s regression data of Alg. 2: ``x = (z_{−i}, 1)`` (increasing ``j``, bias last),
+    ``y = z_i``."""
+    x = np.empty(z.shape)
+    x[:, :-1] = np.delete(z, i, axis=1)
+    x[:, -1] = 1.0
+    return x, z[:, i].astype(float)
 
 
 def _ising_from_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -382,18 +427,20 @@ def _ising_regressions(
     """Run the p regressions of Alg. 2; returns weights ``(p, p)``, loss traces, gaps."""
     p = spins.shape[1]
     rows, counts = _compress(spins) if compress else (spins, np.ones(spins.shape[0]))
-    feats, labels = _ising_features(rows)
-    w, losses, gaps, _ = run_frank_wolfe_batch(
-        feats,
-        labels,
-        np.broadcast_to(counts, labels.shape),
+    z = rows.astype(float)
+
+    def build(i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (*_ising_node_problem(z, i), counts)
+
+    return _solve_problems(
+        build,
+        p,
+        jax.random.split(key, p),
         radius=radius,
         num_records=num_records,
         noise_scale=noise_scale,
         iterations=iterations,
-        keys=jax.random.split(key, p),
     )
-    return w, losses, gaps
 
 
 def learn_ising(
@@ -1201,17 +1248,14 @@ def learn_twise(
     k_reg, k_par = jax.random.split(key)
     node_sets = [_node_monomials(p, i, order) for i in range(p)]
     rows, counts = _compress(reg_rows)
-    feats = np.stack([_parity_columns(rows, node_sets[i]) for i in range(p)])
-    labels = rows.T.astype(float)
-    w, losses, gaps, _ = run_frank_wolfe_batch(
-        feats,
-        labels,
-        np.broadcast_to(counts, labels.shape),
+    w, losses, gaps = _solve_problems(
+        lambda i: (_parity_columns(rows, node_sets[i]), rows[:, i].astype(float), counts),
+        p,
+        jax.random.split(k_reg, p),
         radius=radius,
         num_records=n1,
         noise_scale=b,
         iterations=T,
-        keys=jax.random.split(k_reg, p),
     )
     node_coefs: list[dict[Monomial, float]] = []
     for i in range(p):
@@ -1346,23 +1390,26 @@ def _ising_block_graphs(
     p = spins.shape[1]
     compressed = [_compress(blk) for blk in spins[: B * m].reshape(B, m, p)]
     size = max(rows.shape[0] for rows, _ in compressed)
-    feats, labels, weights = [], [], []
-    for rows, counts in compressed:
-        pad = size - rows.shape[0]
-        rows = np.concatenate([rows, np.repeat(rows[:1], pad, axis=0)])
-        f, y = _ising_features(rows)
-        feats.append(f)
-        labels.append(y)
-        weights.append(np.broadcast_to(np.pad(counts, (0, pad)), y.shape))
-    w, _, _, _ = run_frank_wolfe_batch(
-        np.concatenate(feats),  # (B·p, size, p)
-        np.concatenate(labels),
-        np.concatenate(weights),
+    blocks = [
+        (
+            np.concatenate([rows, np.repeat(rows[:1], size - rows.shape[0], axis=0)]).astype(float),
+            np.pad(counts, (0, size - rows.shape[0])),
+        )
+        for rows, counts in compressed
+    ]
+
+    def build(q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        z, counts = blocks[q // p]
+        return (*_ising_node_problem(z, q % p), counts)
+
+    w, _, _ = _solve_problems(
+        build,
+        B * p,
+        jax.random.split(jax.random.key(0), B * p),
         radius=radius,
         num_records=m,
         noise_scale=0.0,
         iterations=T,
-        keys=jax.random.split(jax.random.key(0), B * p),
         with_trace=False,
     )
     w = w.reshape(B, p, p)
@@ -1395,23 +1442,23 @@ def _pairwise_block_graphs(
     W = np.zeros((B, p, p, K, K))
     for i in range(p):
         pairs = list(itertools.combinations(range(ks[i]), 2))
-        feats, labels, masks = [], [], []
-        for rows, counts in padded:
-            zi = rows[:, i]
-            f = _onehot_features(rows, i, K)
-            for u, v in pairs:
-                feats.append(f)
-                labels.append(np.where(zi == u, 1.0, -1.0))
-                masks.append(((zi == u) | (zi == v)) * counts)
-        w, _, _, _ = run_frank_wolfe_batch(
-            np.stack(feats),
-            np.stack(labels),
-            np.stack(masks),
+        feats = [_onehot_features(rows, i, K) for rows, _ in padded]
+
+        def build(
+            q: int, i: int = i, pairs: list = pairs, feats: list = feats
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            b, (u, v) = q // len(pairs), pairs[q % len(pairs)]
+            zi, counts = padded[b][0][:, i], padded[b][1]
+            return feats[b], np.where(zi == u, 1.0, -1.0), ((zi == u) | (zi == v)) * counts
+
+        w, _, _ = _solve_problems(
+            build,
+            B * len(pairs),
+            jax.random.split(jax.random.key(0), B * len(pairs)),
             radius=radius,
             num_records=m,
             noise_scale=0.0,
             iterations=T,
-            keys=jax.random.split(jax.random.key(0), len(feats)),
             with_trace=False,
         )
         w = w.reshape(B, len(pairs), -1)

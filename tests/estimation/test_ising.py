@@ -203,7 +203,7 @@ def test_ledger_refuses_before_touching_the_data(monkeypatch):
         raise AssertionError("computation started before the ledger refused")
 
     for name in ("_ising_regressions", "_pairwise_regressions", "run_frank_wolfe_batch",
-                 "pmw_parities", "_ising_block_graphs"):
+                 "_solve_problems", "pmw_parities", "_ising_block_graphs"):
         monkeypatch.setattr(ising_mod, name, boom)
     ledger = PrivacyLedger(ZCDP(0.5))
     with pytest.raises(BudgetExceededError):
