@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from .domain import Clique, Domain
+from .domain import Domain
 from .tables import CliqueTables
 
 __all__ = ["count", "records_to_array", "Dataset", "load_demo"]
@@ -34,7 +34,13 @@ def _column(records: Any, attr: str, domain: Domain) -> np.ndarray:
         col = records[attr]
         if isinstance(col.dtype, pd.CategoricalDtype):
             col = col.cat.codes.where(col.notna(), np.nan)
-        values = col.to_numpy(dtype=float, na_value=np.nan)
+        try:
+            values = col.to_numpy(dtype=float, na_value=np.nan)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"column {attr!r} has dtype {col.dtype} with non-numeric values; expected integer "
+                f"codes 0..{domain[attr] - 1} (a categorical column counts by its category codes)"
+            ) from None
     else:
         values = records[:, domain.index(attr)]
     return _validated_codes(values, attr, domain[attr])
@@ -59,7 +65,7 @@ def _validated_codes(values: np.ndarray, attr: str, size: int) -> np.ndarray:
         frac = values != np.round(values)
         if frac.any():
             raise ValueError(
-                f"column {attr!r} has non-integer value {values[np.argmax(frac)]!r} at row "
+                f"column {attr!r} has non-integer value {float(values[np.argmax(frac)])!r} at row "
                 f"{int(np.argmax(frac))}; codes must be integers 0..{size - 1}"
             )
         codes = values.astype(np.int64)

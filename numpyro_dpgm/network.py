@@ -212,5 +212,10 @@ class MarkovNetwork:
     def with_cliques(self, extra: Iterable[Iterable[str]]) -> MarkovNetwork:
         """The network with cliques added (those already covered by an equal set are skipped)."""
         have = {frozenset(c) for c in self.cliques}
-        new = [tuple(c) for c in extra if frozenset(c) not in have]
+        new = []
+        for c in extra:
+            c = (c,) if isinstance(c, str) else tuple(c)
+            if frozenset(c) not in have:
+                have.add(frozenset(c))
+                new.append(c)
         return self if not new else MarkovNetwork(self.domain, self.cliques + tuple(new))
