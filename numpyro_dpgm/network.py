@@ -7,7 +7,8 @@ The log-linear model of a network with cliques ``C`` is
 with one log-potential per cell of every clique table (the overcomplete indicator features
 ``φ(x)`` of seed 002, §2 and seed 003, §2). The parameter vector ``θ`` is the concatenation over
 cliques, in the order given, of each table raveled in C order; :meth:`MarkovNetwork.flatten` and
-:meth:`MarkovNetwork.unflatten` convert between the vector and :class:`~numpyro_dpgm.tables.CliqueTables`.
+:meth:`MarkovNetwork.unflatten` convert between the vector and
+:class:`~numpyro_dpgm.tables.CliqueTables`.
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ class MarkovNetwork:
         try:
             return self.cliques.index(clique)
         except ValueError:
-            raise KeyError(f"clique {clique} is not in the network; it has {list(self.cliques)}") from None
+            raise KeyError(
+                f"clique {clique} is not in the network; it has {list(self.cliques)}"
+            ) from None
 
     def flatten(self, tables: CliqueTables | dict[Clique, Any]) -> Any:
         """Concatenate the tables (one per clique of the network) into a parameter vector.
@@ -187,12 +190,14 @@ class MarkovNetwork:
     def is_decomposable(self) -> bool:
         """True when the maximal cliques are exactly those of a chordal graph.
 
-        Then the junction tree's cliques are the network's maximal cliques, and the
+        Attributes in no clique are independent and do not matter. Then the junction tree's
+        cliques are the network's maximal cliques (plus singletons for such attributes), and the
         hyper-multinomial and closed-form MLE (seed 002, §3; seed 003, §2) apply.
         """
         if not nx.is_chordal(self.graph):
             return False
-        graph_cliques = {frozenset(c) for c in nx.find_cliques(self.graph)}
+        covered = {a for c in self.cliques for a in c}
+        graph_cliques = {frozenset(c) for c in nx.find_cliques(self.graph.subgraph(covered))}
         return graph_cliques <= {frozenset(c) for c in self.cliques}
 
     @property

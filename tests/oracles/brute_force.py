@@ -142,7 +142,7 @@ class Structure:
     domain: tuple[tuple[str, int], ...]
     cliques: tuple[Clique, ...]
     queries: tuple[Clique, ...] = ()
-    decomposable: bool | None = None  # None: attributes outside every clique (convention)
+    decomposable: bool | None = None  # None: not asserted
 
     def network(self) -> MarkovNetwork:
         """The library's network for this structure."""
@@ -232,12 +232,14 @@ STRUCTURES: tuple[Structure, ...] = (
         _dom(["a", "b", "c", "d", "e", "f"], [2, 3, 4, 3, 2, 5]),
         (("a", "b"), ("b", "c"), ("d", "e")),
         queries=(("a", "d"), ("f", "c"), ("e", "f", "a")),
+        decomposable=True,
     ),
     Structure(
         "attr_in_no_clique",
         _dom(["a", "z", "b", "c"], [3, 4, 2, 3]),
         (("a", "b"), ("b", "c")),
         queries=(("z",), ("z", "c"), ("c", "z", "a")),
+        decomposable=True,
     ),
     Structure(
         "nondomain_order",
@@ -265,6 +267,7 @@ STRUCTURES: tuple[Structure, ...] = (
         _dom(["a", "b"], [3, 2]),
         (),
         queries=(("b", "a"),),
+        decomposable=True,
     ),
 )
 
