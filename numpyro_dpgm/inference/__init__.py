@@ -10,9 +10,21 @@ from .junction_tree import (
     marginals,
     sample,
 )
+from .region_graph import (
+    ConvexGBPOracle,
+    GBPState,
+    RegionGraph,
+    build_region_graph,
+    convex_gbp,
+)
 
 __all__ = [
     "Calibrated",
+    "ConvexGBPOracle",
+    "GBPState",
+    "RegionGraph",
+    "build_region_graph",
+    "convex_gbp",
     "JunctionTree",
     "build_junction_tree",
     "calibrate",
