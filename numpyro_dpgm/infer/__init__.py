@@ -1,6 +1,30 @@
-"""NumPyro integration: the NLBP effect handler and EM over user models."""
+"""NumPyro integration: the NLBP effect handler, EM over user models, and full Bayesian
+inference on the relaxed CGM (NUTS, SVI). ArviZ helpers live in
+:mod:`numpyro_dpgm.infer.diagnostics` (imported on demand: it loads ArviZ)."""
 
+from .bayes import (
+    NoisyMarginalsModel,
+    ReferenceCoding,
+    SVIFit,
+    init_to_interior,
+    noisy_marginals_model,
+    reference_coding,
+    run_nuts,
+    run_svi,
+)
 from .em import EM, EMResult
 from .handlers import nlbp
 
-__all__ = ["EM", "EMResult", "nlbp"]
+__all__ = [
+    "EM",
+    "EMResult",
+    "NoisyMarginalsModel",
+    "ReferenceCoding",
+    "SVIFit",
+    "init_to_interior",
+    "nlbp",
+    "noisy_marginals_model",
+    "reference_coding",
+    "run_nuts",
+    "run_svi",
+]
