@@ -66,6 +66,7 @@ from .._precision import warn_if_float32
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
 from ..inference import junction_tree as jt
+from ..inference.region_graph import ConvexGBPOracle
 from ..measurements import Measurement, estimate_total
 from ..network import MarkovNetwork
 from ..tables import CliqueTables, project_table
@@ -172,7 +173,12 @@ class ExactOracle:
 
 
 #: Oracles selectable by name: ``name -> factory(network) -> MarginalOracle``.
-ORACLES: dict[str, Callable[[MarkovNetwork], MarginalOracle]] = {"exact": ExactOracle}
+#: Oracles by name: ``"exact"`` (junction tree) and ``"convex_gbp"`` (Convex-GBP on the saturated
+#: region graph with counting numbers 1, one warm-started sweep per step: APPGM, seed 003 §4).
+ORACLES: dict[str, Callable[[MarkovNetwork], MarginalOracle]] = {
+    "exact": ExactOracle,
+    "convex_gbp": ConvexGBPOracle,
+}
 
 
 def _resolve_oracle(
@@ -205,6 +211,26 @@ def _resolve_oracle(
             "the oracle must be hashable (it is static data of a jitted loop)"
         ) from None
     return built
+
+
+def _max_entropy_model(
+    network: MarkovNetwork, pseudo: Array, theta: Array, max_cells: float = 5e7
+) -> tuple[Array, str]:
+    """The maximum-entropy model whose marginals are closest to approximate pseudo-marginals.
+
+    With an approximate oracle the iterate's ``θ`` parameterises the region-graph beliefs, not
+    a distribution with those marginals. When the network's junction tree is small enough
+    (``max_cells``), the returned model is instead the moment-matching fit of the
+    pseudo-marginals (the maximum-entropy distribution of Problem 4, seed 003, with a tiny L2
+    term since locally consistent pseudo-marginals may lie outside ``M``). Otherwise ``θ`` is
+    returned unchanged and marked ``"oracle"``.
+    """
+    from .naive import fit_mle
+
+    if network.junction_tree.num_cells > max_cells:
+        return theta, "oracle"
+    fit = fit_mle(network, pseudo, 1e-6, init=theta)
+    return fit.model.theta, "max_entropy"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -534,7 +560,11 @@ def prox_pgm(
     Returns
     -------
     Result
-        ``model``: :class:`MarkovRandomField` over the network with the fitted ``θ̂``.
+        ``model``: :class:`MarkovRandomField` over the network with the fitted ``θ̂`` (exact
+        oracle); with an approximate oracle, the maximum-entropy model of the estimated
+        pseudo-marginals when the junction tree is tractable (``extras["model_fit"]`` says
+        which), since the oracle's ``θ̂`` parameterises region-graph beliefs, not a
+        distribution with those marginals.
         ``loss_trace``: ``L`` after ``0..iterations`` iterations (non-increasing for smooth
         losses; see the module notes for L1).
         ``converged``: whether the stopping rule fired before ``iters``. ``extras``:
@@ -542,8 +572,8 @@ def prox_pgm(
         count-scale clique marginals at ``θ̂``, :class:`CliqueTables`), ``log_partition``,
         ``step_size`` (final ``α``), ``initial_step_size``, ``rejected_steps``,
         ``objective_trace`` (the smoothed objective; equal to ``loss_trace`` without L1 terms),
-        ``smoothing`` (final ``s``), ``loss_kinds`` (per measurement), ``oracle`` and
-        ``oracle_state``.
+        ``smoothing`` (final ``s``), ``loss_kinds`` (per measurement), ``oracle``,
+        ``oracle_state`` and ``model_fit`` (``"oracle"`` or ``"max_entropy"``).
 
     Raises
     ------
@@ -677,7 +707,10 @@ def prox_pgm(
                         limit=jnp.asarray(min(iters, done + block)), tol=tol_arr, **static)
 
     t = int(state.t)
-    model = MarkovRandomField(network, state.theta)
+    theta, model_fit = state.theta, "oracle"
+    if not isinstance(the_oracle, ExactOracle):
+        theta, model_fit = _max_entropy_model(network, state.mu / total, state.theta)
+    model = MarkovRandomField(network, theta)
     extras = {
         "total": total,
         "total_estimated": estimated,
@@ -691,6 +724,7 @@ def prox_pgm(
         "loss_kinds": tuple(term.kind for term in terms) if custom is None else ("custom",),
         "oracle": the_oracle,
         "oracle_state": state.oracle_state,
+        "model_fit": model_fit,
     }
     return Result(
         model=model,
