@@ -175,6 +175,24 @@ def test_noiseless_recovers_the_model(net):
     assert float(fit.loss_trace[-1]) < 1e-8
 
 
+def test_appgm_on_a_tree_recovers_the_model():
+    """APPGM (Convex-GBP oracle): on a tree the local polytope is the marginal polytope, so
+    noiseless measurements give the true marginals, and the returned model is their
+    maximum-entropy (here: the true) distribution."""
+    rng = np.random.default_rng(3)
+    theta = rng.normal(size=CHAIN.num_params)
+    total = 1000.0
+    ms = table_measurements(CHAIN, theta, total, Gaussian(1.0))
+    fit = prox_pgm(ms, CHAIN, total_count=total, iters=3000, oracle="convex_gbp")
+    assert fit.extras["model_fit"] == "max_entropy"
+    truth = joint_of(CHAIN, theta)
+    for c in CHAIN.cliques:
+        want = marginal_of(truth, CHAIN.domain, c)
+        np.testing.assert_allclose(np.asarray(fit.extras["marginals"][c]) / total, want,
+                                   atol=1e-3)
+        np.testing.assert_allclose(np.asarray(fit.model.marginal(c)), want, atol=1e-3)
+
+
 def test_noiseless_measurements_give_the_maximum_entropy_distribution():
     """Pairwise tables of a joint with a 4-way interaction: the fit is the I-projection."""
     rng = np.random.default_rng(1)
