@@ -63,5 +63,38 @@ def demo(
     console.print(f"wrote {out / 'summary.json'}, {out / 'errors.png'}, {out / 'age_marginal.png'}")
 
 
+def _experiments() -> list[str]:
+    """Reproductions shipped: modules of :mod:`numpyro_dpgm.experiments` with ``run(out, quick)``."""
+    from importlib.util import find_spec
+
+    names = ("bernstein2017", "mckenna2021", "zhang2020")
+    return [n for n in names if find_spec(f"{__package__}.experiments.{n}") is not None]
+
+
+EXPERIMENTS = _experiments()
+
+
+@app.command()
+def reproduce(
+    experiment: Annotated[str, typer.Argument(help=f"one of {sorted(EXPERIMENTS)}")],
+    quick: Annotated[bool, typer.Option(help="a small version that runs in minutes")] = False,
+    out: Annotated[Path | None, typer.Option(
+        help="output folder (default outputs/reproduce/EXPERIMENT)")] = None,
+) -> None:
+    """Reproduce a paper's experiments: CSV tables and PNG figures."""
+    import importlib
+
+    if experiment not in EXPERIMENTS:
+        console.print(f"[red]error:[/red] unknown experiment {experiment!r}; "
+                      f"choose one of {sorted(EXPERIMENTS)}")
+        raise typer.Exit(2)
+    module = importlib.import_module(f".experiments.{experiment}", __package__)
+    _enable_x64()
+    out = out or Path("outputs/reproduce") / experiment
+    with console.status(f"reproducing {experiment}{' (quick)' if quick else ''}"):
+        written = module.run(out, quick=quick)
+    console.print(f"wrote {out}" if written is None else f"wrote {written}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()
