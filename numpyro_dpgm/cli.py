@@ -64,7 +64,7 @@ def demo(
 
 
 def _experiments() -> list[str]:
-    """Reproductions shipped: modules of :mod:`numpyro_dpgm.experiments` with ``run(out, quick)``."""
+    """Reproductions shipped (experiments modules with ``run(out, quick)``)."""
     from importlib.util import find_spec
 
     names = ("bernstein2017", "mckenna2021", "zhang2020")
