@@ -187,7 +187,9 @@ def cgm_em(
         ``None`` uses the free natural-space M-step when ``space="natural"``, else
         :func:`m_step`'s ``"auto"``.
     tol : float
-        Stop when ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``.
+        Stop when ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``. The run counts as converged only
+        if that last E-step converged as well; otherwise the E-step stalled at its starting
+        point (raise ``inner_iters``, or lower ``damping`` for stiff Gaussian evidence).
     smoothing : float
         Huber smoothing of the Laplace kink in the E-step, as a fraction of the noise scale
         ``b`` (0: the exact sign subgradient).
@@ -254,7 +256,10 @@ def cgm_em(
         inner_conv.append(bool(r.converged))
         mu_prev = mu
         if change < tol:
-            converged = True
+            # θ stopped moving. That is an EM fixed point only if the E-step converged too: an
+            # E-step that found nothing better than its starting point within inner_iters
+            # returns that point, and EM would repeat it for ever without having converged.
+            converged = bool(r.converged)
             break
     model = MarkovRandomField(network, theta)
     loss = -np.asarray(objectives) if objectives else np.zeros(0)

@@ -71,7 +71,8 @@ class EM:
     inner_iters : int
         NLBP iterations per E-step.
     tol : float
-        Stop when the model's marginals change by less than ``tol`` (L1, per clique).
+        Stop when the model's marginals change by less than ``tol`` (L1, per clique); the run
+        counts as converged only if that last E-step converged as well.
     space, damping, smoothing :
         NLBP options.
     lbfgs_iters : int
@@ -218,7 +219,9 @@ class EM:
             changes.append(change)
             mu_prev = mu
             if change < self.tol:
-                converged = True
+                # a fixed point only if the E-step converged too (an E-step that found nothing
+                # better than its start returns it, and θ stops moving without converging)
+                converged = bool(res.converged)
                 break
         cgm = self._cgm(params, n_hat, args, kwargs, rng_key)
         return EMResult(params, n_hat, MarkovRandomField(cgm.network, cgm.theta), len(changes),
