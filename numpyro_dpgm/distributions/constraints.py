@@ -50,9 +50,11 @@ def decomposable_layout(network: MarkovNetwork) -> DecomposableLayout:
     covered = MarkovNetwork(network.domain.project(attrs), network.cliques)
     if not covered.is_decomposable:
         raise ValueError(
-            "the exact CGM distribution needs a decomposable network (its maximal cliques must be "
-            f"those of a chordal graph); {list(network.cliques)} is not. Add the cliques of a "
-            "triangulation (see MarkovNetwork.junction_tree) or use relaxed=True."
+            "the CGM density and its bijection need a decomposable network (its maximal cliques "
+            f"must be those of a chordal graph); {list(network.cliques)} is not. Use the network "
+            "of its triangulation, MarkovNetwork(domain, network.junction_tree.cliques), whose "
+            "tables determine the original ones by projection. (EM through NLBP, cgm_em, works on "
+            "any network.)"
         )
     tree = covered.junction_tree_for("min_fill")
     by_set = {frozenset(c): c for c in network.cliques}

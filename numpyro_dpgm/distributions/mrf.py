@@ -44,7 +44,7 @@ class MarkovRandomField(Distribution):
     >>> numpyro.enable_x64()
     >>> net = MarkovNetwork({"a": 2, "b": 2}, [("a", "b")])
     >>> mrf = MarkovRandomField(net, jax.numpy.log(jax.numpy.array([0.1, 0.2, 0.3, 0.4])))
-    >>> float(mrf.marginal(("b",))[1])
+    >>> round(float(mrf.marginal(("b",))[1]), 6)
     0.6
     >>> mrf.sample(jax.random.key(0), (5,)).shape
     (5, 2)

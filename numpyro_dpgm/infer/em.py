@@ -91,7 +91,7 @@ class EM:
     ...     numpyro.sample("y", LaplaceNoise(n, scale), obs=y)
     >>> y = jnp.array([30.0, 5.0, 8.0, 57.0])
     >>> fit = EM(model, latent="n", max_iters=5).run(jax.random.key(0), y, 100, 2.0)
-    >>> fit.model.marginal(("a",)).round(2).tolist()
+    >>> [round(float(p), 2) for p in fit.model.marginal(("a",))]
     [0.35, 0.65]
     """
 
