@@ -154,9 +154,11 @@ def _plots(out: Path, fits: dict[str, Any], summary: dict[str, Any], truth: Any,
     ax.axhline(summary["noisy_tables_l1"], color="k", ls="--", lw=1,
                label="noisy tables (clipped, normalised)")
     ax.set_xticks(x, names)
+    top = max([summary["noisy_tables_l1"]] + [fits[n]["l1_out_of_model"] for n in names])
+    ax.set_ylim(0, 1.35 * top)
     ax.set_ylabel("mean L1 error")
     ax.set_title(f"Adult, ε = {summary['epsilon']}")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", ncol=2)
     fig.tight_layout()
     fig.savefig(out / "errors.png", dpi=120)
     plt.close(fig)
