@@ -1,0 +1,417 @@
+"""End-to-end private mechanisms built on the model-based estimator: MWEM + PGM.
+
+MWEM (Hardt, Ligett & McSherry 2012) answers a workload of marginal queries by repeating, for
+``T`` rounds, *select* (the exponential mechanism picks a workload marginal the current model
+answers badly), *measure* (a noisy answer to that marginal) and *update* the model. With the
+model-based estimator of seed 003 (McKenna et al. 2021, §5 "MWEM" and Appendix C.2; first
+proposed with Private-PGM, McKenna, Sheldon & Miklau 2019) the update is Prox-PGM over all
+measurements so far, warm-started from the previous round's parameters, and the data
+distribution is a graphical model over the measured cliques instead of a full data vector.
+
+Privacy accounting (every step is debited on a :class:`~numpyro_dpgm.privacy.PrivacyLedger`
+before its randomness is drawn):
+
+* **Budget split.** The total is split evenly over the ``T`` rounds. In zCDP (a ``ZCDP(ρ)``
+  total, or ``ApproxDP(ε, δ)`` turned into ``ρ = approx_to_zcdp(ε, δ)``) each round gets
+  ``ρ/T``, of which the fraction ``selection_fraction = f`` pays for selection and ``1 − f``
+  for measurement: the exponential mechanism runs at ``ε_sel = √(8·f·ρ/T)`` and costs
+  ``ε_sel²/8 = f·ρ/T`` (it is ``ε``-bounded-range, hence ``ε²/8``-zCDP; Cesar & Rogers 2021,
+  Lemma 3.2), and the measurement is the Gaussian mechanism with ``ρ_meas = (1 − f)·ρ/T``
+  (``σ = Δ₂/√(2ρ_meas)``; Bun & Steinke 2016) or the Laplace mechanism with
+  ``ε = √(2ρ_meas)``. With a pure ``PureDP(ε)`` total each round gets ``ε/T`` (``f·ε/T`` for
+  selection, the rest for Laplace noise), by basic composition. The default ``f = 0.1`` is that
+  of Private-PGM's MWEM+PGM (``alpha = 0.9`` to measurement); ``f = 0.5`` splits each round in
+  half. The ledger's total spending after a run equals the budget given (up to rounding).
+* **Selection.** The score of a workload clique ``C`` is
+  ``q(D, C) = ‖n_C(D) − N̂·p̂_C‖₁ − pen_C``: the L1 error, on the count scale, of the current
+  model's marginal ``p̂_C`` scaled by its total ``N̂`` (a public quantity: the given
+  ``total_count`` or the estimate from earlier noisy measurements), minus the expected L1 norm
+  of the noise a measurement of ``C`` would add (``pen_C = σ·√(2/π)·|C|`` for Gaussian and
+  ``b·|C|`` for Laplace noise, ``|C|`` the number of cells; data-independent, as in
+  Private-PGM's ``worst_approximated``; ``penalty=False`` drops it). Only ``n_C`` depends on
+  the data, so the score's sensitivity is ``Δq = 1`` under add/remove neighbours (one
+  record moves one cell by one) and ``Δq = 2`` under replace-one. The exponential mechanism
+  picks ``C`` with probability ``∝ exp(ε_sel·q(D, C)/(2Δq))`` (McSherry & Talwar 2007).
+  Before the first measurement with a private total there is no public scale: ``N̂ = 0`` and
+  the first round's scores are ``N − pen_C``, which favours small tables.
+* **Size guard.** As in Private-PGM's MWEM, candidates whose addition would make the model's
+  junction tree hold more than ``max_cells`` cells are left out of the selection (the
+  triangulation depends only on the cliques selected so far, which are public outputs, so the
+  guard costs no privacy). Cliques already in the model never grow it and stay eligible, so
+  every round after the first has a candidate; if no workload clique fits on its own the call is
+  refused before anything is spent.
+
+Randomness: the exponential mechanism (Gumbel-max) and the measurement noise are drawn from the
+JAX key ``key``; this is **for simulation studies only** (reproducible, but floating-point
+samplers are not hardened for real releases; see :func:`numpyro_dpgm.privacy.simulate_noise`).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..data import Dataset, count
+from ..distributions.mrf import MarkovRandomField
+from ..domain import Clique, Domain
+from ..inference import junction_tree as jt
+from ..measurements import Gaussian, Measurement
+from ..metrics import embed_theta
+from ..network import MarkovNetwork
+from ..privacy.accounting import (
+    ZCDP,
+    ApproxDP,
+    PrivacyCost,
+    PrivacyLedger,
+    PureDP,
+    approx_to_zcdp,
+)
+from ..privacy.mechanisms import _check_neighbours, calibrate, marginal_sensitivity, release_tables
+from .prox_pgm import MarginalOracle, prox_pgm
+from .result import Result
+
+__all__ = ["DEFAULT_MAX_CELLS", "exponential_mechanism", "mwem_pgm", "workload_error"]
+
+#: Default cap on the number of cells of the model's junction tree (8e6 float64 cells = 64 MB).
+DEFAULT_MAX_CELLS = 8_000_000
+
+
+def exponential_mechanism(
+    key: Any, scores: Any, epsilon: float, sensitivity: float
+) -> tuple[int, np.ndarray]:
+    """Sample an index with probability ``∝ exp(ε·score/(2Δ))`` (McSherry & Talwar 2007).
+
+    Drawn by the Gumbel-max trick from the JAX key: **for simulation studies only**.
+
+    Parameters
+    ----------
+    key : JAX PRNG key
+    scores : array ``(k,)``
+        Utility of every candidate (larger is better), finite.
+    epsilon : float
+        ``ε > 0``; the mechanism is ε-DP and ε²/8-zCDP (Cesar & Rogers 2021).
+    sensitivity : float
+        ``Δ``, the largest change of any score between neighbouring data sets.
+
+    Returns
+    -------
+    index : int
+        The selected candidate.
+    probabilities : numpy array ``(k,)``
+        The selection probabilities (for diagnostics).
+    """
+    scores = np.asarray(scores, dtype=float)
+    if scores.ndim != 1 or scores.size == 0 or not np.all(np.isfinite(scores)):
+        raise ValueError("scores must be a non-empty 1-d array of finite numbers")
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
+    if not (math.isfinite(sensitivity) and sensitivity > 0):
+        raise ValueError(f"sensitivity must be a positive finite number, got {sensitivity!r}")
+    logits = epsilon * (scores - scores.max()) / (2.0 * sensitivity)
+    probs = np.exp(logits - np.logaddexp.reduce(logits))
+    gumbel = np.asarray(jax.random.gumbel(key, scores.shape, dtype=jnp.float64
+                                          if jax.config.jax_enable_x64 else jnp.float32))
+    return int(np.argmax(logits + gumbel)), probs
+
+
+def _tree_marginals(network: MarkovNetwork, theta: Any) -> tuple[Any, Any]:
+    tree = network.junction_tree
+    return tree, jt.calibrate_marginals(tree, jt.clique_log_potentials(tree, network, theta))
+
+
+def _model_marginals(
+    model: MarkovRandomField | None, domain: Domain, cliques: Sequence[Clique]
+) -> dict[Clique, np.ndarray]:
+    """Probability tables of ``cliques`` under ``model`` (uniform when ``None``)."""
+    if model is None:
+        return {c: np.full(domain.shape_of(c), 1.0 / domain.size(c)) for c in cliques}
+    tree, cal = _tree_marginals(model.network, model.theta)
+    return {c: np.asarray(jt.query_marginal(tree, cal, c)) for c in cliques}
+
+
+def workload_error(
+    model: MarkovRandomField | None,
+    tables: Mapping[Clique, Any],
+) -> float:
+    """Mean total-variation distance ``½‖p̂_C − n_C/N‖₁`` over the workload's tables.
+
+    The error metric of seed 003's experiments (Appendix C; "L1 error" there). ``model=None``
+    stands for the uniform distribution.
+    """
+    if not tables:
+        raise ValueError("no tables to compare with")
+    if model is None:
+        shapes = {c: np.shape(t) for c, t in tables.items()}
+        est = {c: np.full(s, 1.0 / int(np.prod(s))) for c, s in shapes.items()}
+    else:
+        est = _model_marginals(model, model.network.domain, list(tables))
+    errs = []
+    for c, t in tables.items():
+        t = np.asarray(t, dtype=float)
+        errs.append(0.5 * np.abs(est[c] - t / t.sum()).sum())
+    return float(np.mean(errs))
+
+
+def _check_workload(workload: Any, domain: Domain) -> list[Clique]:
+    if isinstance(workload, str) or not isinstance(workload, Iterable):
+        raise TypeError(f"workload must be a list of attribute tuples, got {workload!r}")
+    items = [domain.check_clique((c,) if isinstance(c, str) else tuple(c)) for c in workload]
+    if not items:
+        raise ValueError("the workload is empty: give at least one marginal")
+    seen: set[frozenset[str]] = set()
+    for c in items:
+        if frozenset(c) in seen:
+            raise ValueError(f"workload clique {c} is listed twice")
+        seen.add(frozenset(c))
+    return items
+
+
+def _round_costs(
+    budget: PrivacyCost, rounds: int, fraction: float, mechanism: str
+) -> tuple[PrivacyCost, float, PrivacyCost, PrivacyCost]:
+    """(whole cost to check, ε_sel, selection charge, measurement budget) per round."""
+    if isinstance(budget, ApproxDP):
+        budget = ZCDP(approx_to_zcdp(budget.epsilon, budget.delta))
+    if isinstance(budget, ZCDP):
+        rho_r = budget.rho / rounds
+        eps_sel = math.sqrt(8.0 * fraction * rho_r)
+        return budget, eps_sel, ZCDP(fraction * rho_r), ZCDP((1.0 - fraction) * rho_r)
+    if mechanism == "gaussian":
+        raise ValueError(
+            "the Gaussian mechanism is not ε-DP: give mwem_pgm a ZCDP(rho) or "
+            "ApproxDP(epsilon, delta) budget, or use mechanism='laplace' with a pure budget"
+        )
+    eps_r = budget.epsilon / rounds
+    return budget, fraction * eps_r, PureDP(fraction * eps_r), PureDP((1.0 - fraction) * eps_r)
+
+
+def mwem_pgm(
+    data: Any,
+    domain: Domain | Mapping[str, int] | None,
+    workload: Sequence[Iterable[str]],
+    budget: PrivacyCost | float,
+    rounds: int,
+    *,
+    key: Any,
+    ledger: PrivacyLedger | None = None,
+    mechanism: str = "gaussian",
+    neighbours: str = "add_remove",
+    selection_fraction: float = 0.1,
+    penalty: bool = True,
+    total_count: float | None = None,
+    max_cells: float = DEFAULT_MAX_CELLS,
+    oracle: str | MarginalOracle | Callable[[MarkovNetwork], MarginalOracle] = "exact",
+    iters: int = 100,
+    callback: Callable[[int, dict], None] | None = None,
+) -> Result:
+    """MWEM with a graphical-model back end (Hardt et al. 2012; seed 003, §5 and App. C.2).
+
+    See the module notes for the privacy accounting, the score and the size guard.
+
+    Parameters
+    ----------
+    data : Dataset, pandas DataFrame or array ``(num_records, num_attrs)``
+        The sensitive records (a DataFrame or array needs ``domain``).
+    domain : Domain or mapping, optional
+        Domain of the records; ``None`` for a Dataset (which carries its own).
+    workload : sequence of attribute tuples
+        The marginals to answer; each round selects one of them to measure (a clique may be
+        selected again in a later round).
+    budget : ZCDP, ApproxDP, PureDP or float
+        The whole privacy budget of the run (a number is pure ε). Gaussian noise needs a zCDP
+        or (ε, δ) budget; an (ε, δ) budget is spent in zCDP, ``ρ = approx_to_zcdp(ε, δ)``.
+    rounds : int
+        ``T``, the number of select–measure–update rounds.
+    key : JAX PRNG key or int
+        Seeds the exponential mechanism and the noise: **simulation studies only**.
+    ledger : PrivacyLedger, optional
+        Debited with every selection and measurement; it must be able to pay the whole budget
+        up front (otherwise :class:`BudgetExceededError` before anything is touched). Default: a
+        fresh ledger holding exactly ``budget`` (zCDP currency for (ε, δ) budgets).
+    mechanism : {"gaussian", "laplace"}
+        Measurement noise.
+    neighbours : {"add_remove", "replace_one"}
+        The neighbouring relation: score sensitivity 1 or 2, and the marginal's sensitivity
+        (L1 1 or 2, L2 1 or √2).
+    selection_fraction : float in (0, 1)
+        ``f``, each round's share of the budget spent on selection.
+    penalty : bool
+        Subtract the expected L1 noise of a measurement from each score.
+    total_count : float, optional
+        ``N``, treated as public when given (e.g. under replace-one). ``None``: estimated from
+        the noisy measurements (the honest choice under add/remove).
+    max_cells : float
+        Cap on the junction-tree size (cells) of the model; candidates exceeding it are skipped.
+    oracle : "exact", "convex_gbp", MarginalOracle or factory
+        Prox-PGM's marginal oracle for the refits (seed 003: APPGM with ``"convex_gbp"``). The
+        scores still read workload marginals off the fitted model's junction tree, so the size
+        guard applies to both.
+    iters : int
+        Prox-PGM iterations per round (warm-started).
+    callback : callable ``(round, info) -> None``, optional
+        Progress report after each round (``info`` holds the selected clique and the error).
+
+    Returns
+    -------
+    Result
+        ``model``: the final fitted model; ``loss_trace``: the workload error (mean TVD, see
+        :func:`workload_error`) of the uniform start and after every round, a **non-private
+        diagnostic** computed from the true data; ``iterations``: rounds run; ``converged``:
+        True. ``extras``: ``selected`` (clique per round), ``errors`` (= ``loss_trace``),
+        ``selection_probability`` (probability the chosen clique had), ``num_candidates``
+        (eligible cliques per round), ``measurements``, ``noise`` (NoiseSpec of the
+        measurements), ``epsilon_selection``, ``score_sensitivity``, ``ledger``,
+        ``fit`` (the last Prox-PGM :class:`Result`), ``total``.
+
+    Raises
+    ------
+    ValueError, TypeError, KeyError
+        Bad budget, rounds, fraction, mechanism, neighbours, workload, cap or iterations.
+    BudgetExceededError
+        The ledger cannot pay the budget; nothing is spent.
+    """
+    start = time.perf_counter()
+    # -- data and domain ----------------------------------------------------------------------
+    if isinstance(data, Dataset):
+        if domain is not None and Domain(domain) != data.domain:
+            raise ValueError("the Dataset carries its own domain, which differs from domain=")
+        records, dom = data.records, data.domain
+    else:
+        if domain is None:
+            raise ValueError("records need their domain: pass domain= (or a Dataset)")
+        dom = domain if isinstance(domain, Domain) else Domain(domain)
+        records = data
+    cliques_w = _check_workload(workload, dom)
+
+    # -- options ------------------------------------------------------------------------------
+    if isinstance(rounds, bool) or not isinstance(rounds, int | np.integer) or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    rounds = int(rounds)
+    if isinstance(iters, bool) or not isinstance(iters, int | np.integer) or iters < 1:
+        raise ValueError(f"iters must be a positive integer, got {iters!r}")
+    if mechanism not in ("gaussian", "laplace"):
+        raise ValueError(f"unknown mechanism {mechanism!r}; use 'gaussian' or 'laplace'")
+    neighbours = _check_neighbours(neighbours)
+    try:
+        fraction = float(selection_fraction)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"selection_fraction must be a number, got {selection_fraction!r}"
+        ) from None
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"selection_fraction must lie in (0, 1), got {selection_fraction!r}")
+    if not (isinstance(max_cells, numbers.Real) and max_cells > 0):
+        raise ValueError(f"max_cells must be a positive number, got {max_cells!r}")
+    if total_count is not None:
+        total_count = float(total_count)
+        if not math.isfinite(total_count) or total_count <= 0:
+            raise ValueError(f"total_count must be a positive finite number, got {total_count}")
+    if isinstance(budget, numbers.Real) and not isinstance(budget, bool):
+        budget = PureDP(float(budget))
+    if not isinstance(budget, PureDP | ZCDP | ApproxDP):
+        raise TypeError(f"budget must be PureDP, ZCDP, ApproxDP or a number ε; got {budget!r}")
+    whole, eps_sel, sel_cost, meas_budget = _round_costs(budget, rounds, fraction, mechanism)
+    if ledger is None:
+        ledger = PrivacyLedger(budget, currency="zcdp" if isinstance(budget, ApproxDP) else None)
+    elif not isinstance(ledger, PrivacyLedger):
+        raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
+    ledger.check(whole, "MWEM+PGM (whole run)")  # refuse before touching the data
+    key = jax.random.key(int(key)) if isinstance(key, int | np.integer) else key
+
+    # noise of every measurement (data-independent), and the selection penalty per clique
+    spec, _ = calibrate(mechanism, meas_budget,  # type: ignore[arg-type]
+                        marginal_sensitivity(1, neighbours))  # type: ignore[arg-type]
+    per_cell = (spec.sigma * math.sqrt(2.0 / math.pi) if isinstance(spec, Gaussian)
+                else spec.scale)  # type: ignore[union-attr]
+    pen = {c: (per_cell * dom.size(c) if penalty else 0.0) for c in cliques_w}
+    score_sens = 1.0 if neighbours == "add_remove" else 2.0
+
+    # size guard, cached by the set of model cliques
+    size_cache: dict[frozenset, float] = {}
+
+    def tree_cells(cls: Sequence[Clique]) -> float:
+        k = frozenset(frozenset(c) for c in cls)
+        if k not in size_cache:
+            size_cache[k] = float(MarkovNetwork(dom, list(cls)).junction_tree.num_cells)
+        return size_cache[k]
+
+    if not any(tree_cells([c]) <= max_cells for c in cliques_w):
+        raise ValueError(
+            f"every workload clique alone exceeds max_cells={max_cells:g}; raise the cap"
+        )
+
+    # -- the true answers (private; used only by the exponential mechanism and the diagnostics)
+    true = count(records, cliques_w, dom)
+    true_tables = {c: np.asarray(true[c]) for c in cliques_w}
+
+    model: MarkovRandomField | None = None
+    fit: Result | None = None
+    model_cliques: list[Clique] = []
+    measurements: list[Measurement] = []
+    selected: list[Clique] = []
+    probs_sel: list[float] = []
+    n_cand: list[int] = []
+    errors = [workload_error(None, true_tables)]
+    scale = 0.0 if total_count is None else total_count
+    for r in range(rounds):
+        key, k_sel, k_noise = jax.random.split(key, 3)
+        in_model = {frozenset(c) for c in model_cliques}
+        candidates = [
+            c for c in cliques_w
+            if any(frozenset(c) <= m for m in in_model) or tree_cells(model_cliques + [c])
+            <= max_cells
+        ]
+        est = _model_marginals(model, dom, candidates)
+        scores = np.array([
+            np.abs(true_tables[c] - scale * est[c]).sum() - pen[c] for c in candidates
+        ])
+        ledger.debit([sel_cost, PureDP(eps_sel)], f"MWEM round {r + 1}: exponential mechanism",
+                     {"mechanism": "exponential", "epsilon": eps_sel,
+                      "sensitivity": score_sens, "candidates": len(candidates),
+                      "sampler": "jax"})
+        i, probs = exponential_mechanism(k_sel, scores, eps_sel, score_sens)
+        choice = candidates[i]
+        selected.append(choice)
+        probs_sel.append(float(probs[i]))
+        n_cand.append(len(candidates))
+        measurements += release_tables(
+            {choice: true_tables[choice]}, meas_budget, domain=dom, mechanism=mechanism,
+            neighbours=neighbours, rng=k_noise, ledger=ledger, sampler="jax",
+            label=f"MWEM round {r + 1}: {mechanism} measurement of {choice}",
+        )
+        if frozenset(choice) not in {frozenset(c) for c in model_cliques}:
+            model_cliques.append(choice)
+        network = MarkovNetwork(dom, list(model_cliques))
+        init = None if model is None else embed_theta(model.network, model.theta, network)
+        fit = prox_pgm(measurements, network, total_count=total_count, iters=int(iters),
+                       oracle=oracle, init=init)
+        model = fit.model
+        scale = float(fit.extras["total"])
+        errors.append(workload_error(model, true_tables))
+        if callback is not None:
+            callback(r + 1, {"selected": choice, "error": errors[-1]})
+
+    assert fit is not None and model is not None
+    extras = {
+        "selected": tuple(selected),
+        "errors": np.asarray(errors),
+        "selection_probability": np.asarray(probs_sel),
+        "num_candidates": tuple(n_cand),
+        "measurements": tuple(measurements),
+        "noise": spec,
+        "epsilon_selection": eps_sel,
+        "score_sensitivity": score_sens,
+        "ledger": ledger,
+        "fit": fit,
+        "total": scale,
+    }
+    return Result(model=model, loss_trace=np.asarray(errors), iterations=rounds, converged=True,
+                  elapsed=time.perf_counter() - start, extras=extras)
+
