@@ -83,6 +83,9 @@ Array = Any
 
 DEFAULT_PRIOR_SCALE = 3.0
 
+#: Statistics :func:`run_nuts` collects per draw (besides ``diverging``), for ArviZ.
+NUTS_FIELDS = ("num_steps", "accept_prob", "potential_energy", "energy", "adapt_state.step_size")
+
 
 # ------------------------------------------------------------------------------------------------
 # labels
@@ -663,7 +666,8 @@ def run_nuts(
     Returns
     -------
     numpyro.infer.MCMC
-        After ``run``; ``mcmc.get_samples()`` holds every latent and deterministic site.
+        After ``run``; ``mcmc.get_samples()`` holds every latent and deterministic site and
+        ``mcmc.get_extra_fields()`` the statistics :data:`NUTS_FIELDS` and ``diverging``.
     """
     values = _init_values(model, init)
     kernel = NUTS(model, init_strategy=init_to_interior(values=values, radius=radius),
@@ -671,7 +675,7 @@ def run_nuts(
                   max_tree_depth=max_tree_depth)
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                 chain_method=chain_method, progress_bar=progress_bar)
-    mcmc.run(key, *model_args, **model_kwargs)
+    mcmc.run(key, *model_args, extra_fields=NUTS_FIELDS, **model_kwargs)
     return mcmc
 
 
@@ -706,6 +710,8 @@ class SVIFit(NamedTuple):
         repeated point for ``"delta"``).
     elapsed : float
         Seconds, compilation included.
+    model_args, model_kwargs : tuple, dict
+        The arguments the model was fitted with (e.g. ``y=`` for a simulated release).
     """
 
     guide: Any
@@ -713,6 +719,8 @@ class SVIFit(NamedTuple):
     losses: Any
     samples: dict
     elapsed: float
+    model_args: tuple = ()
+    model_kwargs: dict | None = None
 
 
 def run_svi(
@@ -758,7 +766,8 @@ def run_svi(
     predictive = Predictive(model, guide=auto, params=result.params, num_samples=num_samples,
                             return_sites=sites)
     draws = predictive(k_draw, *model_args, **model_kwargs)
-    return SVIFit(auto, result.params, result.losses, draws, time.perf_counter() - start)
+    return SVIFit(auto, result.params, result.losses, draws, time.perf_counter() - start,
+                  tuple(model_args), dict(model_kwargs))
 
 
 def _latent_and_deterministic_sites(model: Any, args: tuple, kwargs: dict) -> list[str]:

@@ -52,12 +52,20 @@ _CELL_SITES = ("n", "theta", "mu")
 
 
 def _coords_dims(
-    model_or_network: NoisyMarginalsModel | MarkovNetwork, names: Sequence[str],
-    shapes: dict[str, tuple[int, ...]],
+    model_or_network: NoisyMarginalsModel | MarkovNetwork, shapes: dict[str, tuple[int, ...]],
 ) -> tuple[dict, dict]:
+    """Coords and dims of the sites whose per-draw shapes are ``shapes``.
+
+    A leading axis beyond a site's documented dims (a batch of releases) gets the dim
+    ``release``.
+    """
     if isinstance(model_or_network, NoisyMarginalsModel):
         coords = dict(model_or_network.coords)
-        dims = {k: v for k, v in model_or_network.dims.items() if k in names}
+        dims = {}
+        for k, v in model_or_network.dims.items():
+            if k in shapes:
+                extra = len(shapes[k]) - len(v)
+                dims[k] = (["release"] if extra == 1 else []) + list(v)
         return coords, dims
     if not isinstance(model_or_network, MarkovNetwork):
         raise TypeError(
@@ -68,14 +76,51 @@ def _coords_dims(
     cells, _ = cell_labels(net)
     coords: dict[str, list[str]] = {"cell": cells}
     dims: dict[str, list[str]] = {}
-    for k in names:
-        if k in _CELL_SITES and shapes[k][-1:] == (net.num_params,):
-            dims[k] = ["cell"]
+    for k, shape in shapes.items():
+        if k in _CELL_SITES and shape[-1:] == (net.num_params,):
+            dims[k] = (["release"] if len(shape) == 2 else []) + ["cell"]
     coding = reference_coding(net)
-    if "phi" in names and shapes["phi"][-1:] == (coding.dim,):
+    if "phi" in shapes and shapes["phi"][-1:] == (coding.dim,):
         coords["param"] = coding.labels
-        dims["phi"] = ["param"]
+        dims["phi"] = (["release"] if len(shapes["phi"]) == 2 else []) + ["param"]
     return coords, dims
+
+
+_STAT_NAMES = {
+    "potential_energy": "lp",
+    "adapt_state.step_size": "step_size",
+    "num_steps": "n_steps",
+    "accept_prob": "acceptance_rate",
+}
+
+
+def _sample_stats(mcmc: MCMC) -> dict[str, np.ndarray]:
+    """NumPyro's extra fields under ArviZ's names (as :func:`arviz.from_numpyro` does)."""
+    out = {}
+    for stat, value in mcmc.get_extra_fields(group_by_chain=True).items():
+        if isinstance(value, dict | tuple):
+            continue
+        value = np.asarray(value)
+        name = _STAT_NAMES.get(stat, stat)
+        out[name] = -value if stat == "potential_energy" else value
+        if stat == "num_steps":
+            depth = np.log2(np.maximum(value, 1)).astype(int) + 1
+            out["tree_depth"] = depth
+            max_depth = getattr(mcmc.sampler, "_max_tree_depth", None)
+            if isinstance(max_depth, int):
+                out["reached_max_tree_depth"] = depth >= max_depth
+    return out
+
+
+def pointwise_log_likelihood(model: NoisyMarginalsModel, n: Array, y: Array | None = None) -> Any:
+    """``log p(y_i | n)`` of every released answer ``i`` for draws ``n`` of shape
+    ``batch + (num_params,)``; returns ``batch + (num_answers,)`` (for LOO and WAIC)."""
+    y = jnp.asarray(model.y if y is None else y)
+    pred = model.predict(jnp.asarray(n))
+    scale = jnp.asarray(model.noise_scales)
+    if model.noise_family == "laplace":
+        return -jnp.abs(y - pred) / scale - jnp.log(2.0 * scale)
+    return -0.5 * ((y - pred) / scale) ** 2 - jnp.log(scale) - 0.5 * jnp.log(2.0 * jnp.pi)
 
 
 def clique_tables(
@@ -144,7 +189,7 @@ def to_inference_data(
     posterior: MCMC | SVIFit,
     model: NoisyMarginalsModel | MarkovNetwork,
     *,
-    predictive: bool = True,
+    predictive: bool | None = None,
     prior_draws: int = 0,
     key: jax.Array | None = None,
     log_likelihood: bool = False,
@@ -157,76 +202,89 @@ def to_inference_data(
         A finished MCMC run, or :func:`~numpyro_dpgm.infer.bayes.run_svi`'s output (its draws
         become one chain).
     model : NoisyMarginalsModel or MarkovNetwork
-        The model that was run (all coords and dims), or its network (``cell`` dims for sites
-        ``n``/``theta``/``mu`` whose last axis has ``num_params`` entries, ``param`` for
-        ``phi``).
-    predictive : bool
-        Add a ``posterior_predictive`` group with draws of ``y`` (needs a
-        :class:`NoisyMarginalsModel`, or a model that samples ``y`` when called with
-        ``y=None``).
+        The model that was run, or the network of a model of your own. With the model, the tree
+        is assembled here (observed data, sample stats, predictive groups, pointwise log
+        likelihood per answer); with a network, :func:`arviz.from_numpyro` does it and only the
+        ``cell`` dims (sites ``n``/``theta``/``mu`` whose last axis has ``num_params``
+        entries) and ``param`` dims (``phi``) are added. (``from_numpyro`` traces the model
+        once with a prior draw of every latent site, which for a CGM site draws ``N`` records.)
+    predictive : bool, optional
+        Add a ``posterior_predictive`` group with draws of ``y``. Default: with a
+        :class:`NoisyMarginalsModel` only.
     prior_draws : int
-        Add ``prior`` and ``prior_predictive`` groups with this many draws (0: none).
+        Add ``prior`` and ``prior_predictive`` groups with this many draws (0: none; needs the
+        model). Prior draws of ``n`` are exact CGM draws of ``N`` records each.
     key : JAX PRNG key, optional
         For the predictive and prior draws (default ``jax.random.key(0)``).
     log_likelihood : bool
-        Add the pointwise log likelihood of ``y`` (for LOO; passed to ArviZ).
+        Add the pointwise log likelihood of every answer (a ``log_likelihood`` group, for
+        LOO).
 
     Returns
     -------
     xarray.DataTree
-        Groups ``posterior``, ``sample_stats`` (MCMC), ``observed_data`` and the requested
-        predictive groups.
+        Groups ``posterior``, ``sample_stats`` (MCMC: ``diverging``, ``lp``, ``step_size``,
+        ``n_steps``, ``tree_depth``, ``acceptance_rate``, ``energy`` as collected by
+        :func:`~numpyro_dpgm.infer.bayes.run_nuts`), ``observed_data`` and the requested
+        groups. A batch of releases adds the dim ``release``.
     """
     key = jax.random.key(0) if key is None else key
     k_pred, k_prior = jax.random.split(key)
-    if isinstance(posterior, MCMC):
-        samples = posterior.get_samples()
-        args, kwargs = posterior._args, posterior._kwargs  # the run's model arguments
-        user_model = posterior.sampler.model
-    elif isinstance(posterior, SVIFit):
-        samples = posterior.samples
-        args, kwargs = (), {}
-        user_model = model if isinstance(model, NoisyMarginalsModel) else None
-    else:
+    if not isinstance(posterior, MCMC | SVIFit):
         raise TypeError(
             f"posterior must be a numpyro MCMC run or an SVIFit, got {type(posterior).__name__}")
-    shapes = {k: tuple(np.shape(v))[1:] for k, v in samples.items()}
-    names = list(samples) + ["y"]
-    shapes["y"] = ()
-    coords, dims = _coords_dims(model, names, shapes)
-
-    pp = None
-    if predictive:
-        if user_model is None:
-            raise ValueError("posterior predictive draws need the model: pass the "
-                             "NoisyMarginalsModel, or predictive=False")
-        pp = posterior_predictive(user_model, samples, k_pred, *args,
-                                  **{k: v for k, v in kwargs.items() if k != "y"})
-    prior = None
-    if prior_draws:
-        if user_model is None:
-            raise ValueError("prior draws need the model: pass the NoisyMarginalsModel")
-        kw = {k: v for k, v in kwargs.items() if k != "y"}
-        if not args:
-            kw["y"] = None
-        prior = dict(Predictive(user_model, num_samples=int(prior_draws))(k_prior, *args, **kw))
-
+    if not isinstance(model, NoisyMarginalsModel | MarkovNetwork):
+        raise TypeError(
+            "to_inference_data needs the NoisyMarginalsModel or the MarkovNetwork of the run, "
+            f"got {type(model).__name__}"
+        )
+    if predictive is None:
+        predictive = isinstance(model, NoisyMarginalsModel)
     if isinstance(posterior, MCMC):
-        tree = az.from_numpyro(posterior, posterior_predictive=pp, prior=prior, coords=coords,
-                               dims=dims, log_likelihood=log_likelihood)
+        flat = posterior.get_samples()
+        by_chain = {k: np.asarray(v) for k, v in
+                    posterior.get_samples(group_by_chain=True).items()}
+        kwargs = dict(posterior._kwargs)  # the run's model keyword arguments (e.g. y=)
+        args = tuple(posterior._args)
     else:
-        groups: dict[str, Any] = {
-            "posterior": {k: np.asarray(v)[None] for k, v in samples.items()},
-        }
-        if pp is not None:
-            groups["posterior_predictive"] = {k: np.asarray(v)[None] for k, v in pp.items()}
-        if isinstance(model, NoisyMarginalsModel):
-            groups["observed_data"] = {"y": np.asarray(model.y)}
-        if prior is not None:
-            groups["prior"] = {k: np.asarray(v)[None] for k, v in prior.items() if k != "y"}
-            groups["prior_predictive"] = {"y": np.asarray(prior["y"])[None]}
-        tree = az.from_dict(groups, coords=coords, dims=dims)
-    return tree
+        flat = posterior.samples
+        by_chain = {k: np.asarray(v)[None] for k, v in flat.items()}
+        args, kwargs = tuple(posterior.model_args), dict(posterior.model_kwargs or {})
+    shapes = {k: v.shape[2:] for k, v in by_chain.items()}
+
+    if not isinstance(model, NoisyMarginalsModel):
+        if not isinstance(posterior, MCMC):
+            raise TypeError("an SVIFit needs the NoisyMarginalsModel it was fitted with")
+        if prior_draws or predictive or log_likelihood:
+            raise ValueError("predictive draws, prior draws and the pointwise log likelihood "
+                             "need the NoisyMarginalsModel; pass it instead of the network")
+        coords, dims = _coords_dims(model, shapes)
+        return az.from_numpyro(posterior, coords=coords, dims=dims)
+
+    y_obs = np.asarray(kwargs.get("y", model.y) if not args else args[0])
+    if y_obs is None:
+        raise ValueError("the run left y unobserved; there is no posterior to summarise")
+    shapes["y"] = y_obs.shape
+    coords, dims = _coords_dims(model, shapes)
+    n_chain, n_draw = next(iter(by_chain.values())).shape[:2]
+    groups: dict[str, Any] = {"posterior": by_chain, "observed_data": {"y": y_obs}}
+    if isinstance(posterior, MCMC):
+        groups["sample_stats"] = _sample_stats(posterior)
+    if predictive:
+        pp = posterior_predictive(model, dict(flat), k_pred)
+        groups["posterior_predictive"] = {
+            "y": np.asarray(pp["y"]).reshape((n_chain, n_draw) + y_obs.shape)}
+    if log_likelihood:
+        ll = pointwise_log_likelihood(model, by_chain["n"], y_obs)
+        groups["log_likelihood"] = {"y": np.asarray(ll)}
+    if prior_draws:
+        if y_obs.ndim == 2:
+            raise ValueError("prior draws of a batch of releases: draw them with "
+                             "numpyro.infer.Predictive from the single-release model")
+        draws = Predictive(model, num_samples=int(prior_draws))(k_prior, y=None)
+        groups["prior"] = {k: np.asarray(v)[None] for k, v in draws.items() if k != "y"}
+        groups["prior_predictive"] = {"y": np.asarray(draws["y"])[None]}
+    return az.from_dict(groups, coords=coords, dims=dims)
 
 
 def posterior_marginals(

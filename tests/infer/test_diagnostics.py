@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 from scipy.special import logsumexp
+from scipy.stats import laplace
 
 from numpyro_dpgm import MarkovNetwork
 from numpyro_dpgm.infer.bayes import cell_labels, noisy_marginals_model, run_svi
@@ -149,9 +150,27 @@ def test_marginal_summary(demo):
         marginal_summary(net, theta, ("a",), prob=1.5)
 
 
+def test_sample_stats_and_log_likelihood(demo):
+    *_, run = demo
+    stats = run.tree["sample_stats"].to_dataset()
+    for name in ("diverging", "lp", "step_size", "n_steps", "tree_depth", "acceptance_rate",
+                 "energy"):
+        assert stats[name].dims == ("chain", "draw"), name
+    np.testing.assert_allclose(stats["lp"].values.ravel(),
+                               -np.asarray(run.mcmc.get_extra_fields()["potential_energy"]))
+    tree = to_inference_data(run.mcmc, run.model, predictive=False, log_likelihood=True)
+    ll = tree["log_likelihood"].to_dataset()["y"]
+    assert ll.dims == ("chain", "draw", "answer")
+    # independent check of one draw: Laplace(b) log densities of the 12 answers
+    n = tree["posterior"].to_dataset()["n"].values[2, 17]
+    y = np.concatenate([m.values for m in run.release.measurements])
+    b = run.release.measurements[0].noise.scale
+    np.testing.assert_allclose(ll.values[2, 17], laplace.logpdf(y, loc=n, scale=b), rtol=1e-12)
+
+
 def test_to_inference_data_from_a_network(demo):
     *_, run = demo
-    tree = to_inference_data(run.mcmc, run.release.network, predictive=False)
+    tree = to_inference_data(run.mcmc, run.release.network)
     post = tree["posterior"].to_dataset()
     assert post["n"].dims == ("chain", "draw", "cell")
     assert post["mu"].dims == ("chain", "draw", "cell")
@@ -160,6 +179,8 @@ def test_to_inference_data_from_a_network(demo):
     assert "posterior_predictive" not in tree.children
     report = convergence_report(tree, var_names=["n"])
     assert len(report.table) == 12 and report.num_chains == 4
+    with pytest.raises(ValueError, match="need the NoisyMarginalsModel"):
+        to_inference_data(run.mcmc, run.release.network, predictive=True)
     tree = to_inference_data(run.mcmc, run.model, prior_draws=50, key=jax.random.key(3))
     assert tree["prior"].to_dataset()["n"].dims == ("chain", "draw", "cell")
     assert tree["prior_predictive"].to_dataset()["y"].shape == (1, 50, 12)
@@ -169,13 +190,20 @@ def test_to_inference_data_from_a_network(demo):
         to_inference_data(run.mcmc, "net")
 
 
-def test_to_inference_data_from_svi():
+def test_to_inference_data_from_svi_and_a_batch_of_releases():
     net = MarkovNetwork({"a": 2, "b": 2}, [("a", "b")])
     ms = [Measurement(("a", "b"), [7.0, 3.0, 6.0, 4.0], Laplace(2.0))]
     model = noisy_marginals_model(net, ms, 20)
-    fit = run_svi(model, jax.random.key(1), guide="normal", num_steps=200, num_samples=30)
-    tree = to_inference_data(fit, model)
+    # an SVI fit of three simulated releases at once: every site gains the dim "release"
+    ys = np.array([[7.0, 3.0, 6.0, 4.0], [2.0, 9.0, 5.0, 4.0], [10.0, 0.0, 5.0, 6.0]])
+    fit = run_svi(model, jax.random.key(2), guide="normal", num_steps=50, num_samples=20, y=ys)
+    tree = to_inference_data(fit, model, log_likelihood=True)
     post = tree["posterior"].to_dataset()
-    assert post["n"].shape == (1, 30, 4) and post["n"].dims == ("chain", "draw", "cell")
-    assert tree["posterior_predictive"].to_dataset()["y"].dims == ("chain", "draw", "answer")
-    np.testing.assert_allclose(tree["observed_data"].to_dataset()["y"].values, model.y)
+    assert post["n"].dims == ("chain", "draw", "release", "cell")
+    assert post["phi"].shape == (1, 20, 3, 3)
+    assert tree["observed_data"].to_dataset()["y"].dims == ("release", "answer")
+    np.testing.assert_allclose(tree["observed_data"].to_dataset()["y"].values, ys)
+    assert tree["posterior_predictive"].to_dataset()["y"].shape == (1, 20, 3, 4)
+    assert tree["log_likelihood"].to_dataset()["y"].shape == (1, 20, 3, 4)
+    with pytest.raises(ValueError, match="batch of releases"):
+        to_inference_data(fit, model, prior_draws=5)
