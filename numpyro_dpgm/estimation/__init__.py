@@ -12,6 +12,7 @@ from .ising import (
     stable_mode,
 )
 from .losses import measurement_loss
+from .mechanisms import exponential_mechanism, mwem_pgm, workload_error
 from .naive import DEFAULT_L2_FLOOR, default_l2, fit_mle, naive_mle, project_simplex
 from .prox_pgm import ExactOracle, MarginalOracle, answer_queries, prox_pgm
 from .result import Result
@@ -26,6 +27,7 @@ __all__ = [
     "cgm_em",
     "default_l2",
     "estimate_total",
+    "exponential_mechanism",
     "fit_mle",
     "learn_ising",
     "learn_pairwise",
@@ -33,10 +35,12 @@ __all__ = [
     "learn_twise",
     "m_step",
     "measurement_loss",
+    "mwem_pgm",
     "naive_mle",
     "pmw_parities",
     "private_frank_wolfe",
     "project_simplex",
     "prox_pgm",
     "stable_mode",
+    "workload_error",
 ]
