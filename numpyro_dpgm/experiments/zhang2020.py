@@ -284,6 +284,23 @@ def slopes(summary: list[dict]) -> dict[tuple[str, str], float]:
     }
 
 
+#: Line styles of the recovery-rate curves (overlapping curves stay visible).
+_STYLES = (
+    {"marker": "o", "linestyle": "-", "markersize": 8},
+    {"marker": "s", "linestyle": "--", "markersize": 6},
+    {"marker": "^", "linestyle": ":", "markersize": 5},
+)
+
+
+def _plain_ticks(ax: Any, values: Sequence[int]) -> None:
+    """Label a logarithmic x axis at ``values`` only, in plain numbers."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    ax.xaxis.set_major_locator(FixedLocator(list(values)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{v:g}" for v in values])
+
+
 def _plots(out: Path, summary: list[dict]) -> list[Path]:
     import matplotlib
 
@@ -315,10 +332,12 @@ def _plots(out: Path, summary: list[dict]) -> list[Path]:
         paths.append(out / fname)
     fig, ax = plt.subplots(figsize=(5.5, 4))
     study = "ising structure recovery rate"
-    for s in dict.fromkeys(r["setting"] for r in summary if r["study"] == study):
+    methods = dict.fromkeys(r["setting"] for r in summary if r["study"] == study)
+    for s, style in zip(methods, _STYLES, strict=False):
         pts = sorted((r["n"], r["value"]) for r in summary
                      if r["study"] == study and r["setting"] == s)
-        ax.semilogx(*zip(*pts, strict=True), marker="o", label=s)
+        ax.semilogx(*zip(*pts, strict=True), label=s, **style)
+    _plain_ticks(ax, sorted({r["n"] for r in summary if r["study"] == study}))
     ax.set_xlabel("n (records)")
     ax.set_ylabel("exact recovery rate")
     ax.set_ylim(-0.05, 1.05)
@@ -343,14 +362,16 @@ def _dimension_plot(out: Path, rows: list[dict[str, Any]]) -> Path:
     err = [np.median([r["zcdp_error"] for r in rows if r["p"] == p
                       and r["method"].endswith("zCDP")]) for p in ps]
     ax1.loglog(ps, err, marker="o", label="Alg. 2, zCDP (ρ matched to ε, δ)")
+    _plain_ticks(ax1, ps)
     ax1.set_xlabel("p")
     ax1.set_ylabel(r"median $\max|\hat A_{ij}-A_{ij}|$")
     ax1.grid(True, which="both", alpha=0.3)
     ax1.legend(fontsize=8)
-    for method in dict.fromkeys(r["method"] for r in rows):
+    for method, style in zip(dict.fromkeys(r["method"] for r in rows), _STYLES, strict=False):
         rate = [np.mean([r["success"] for r in rows if r["p"] == p and r["method"] == method])
                 for p in ps]
-        ax2.semilogx(ps, rate, marker="o", label=method)
+        ax2.semilogx(ps, rate, label=method, **style)
+    _plain_ticks(ax2, ps)
     ax2.set_xlabel("p")
     ax2.set_ylabel("exact recovery rate")
     ax2.set_ylim(-0.05, 1.05)

@@ -291,6 +291,31 @@ def test_c3_binary_pairwise_matches_ising():
     np.testing.assert_allclose(res.extras["W"][:, :, 0, 1], -W00, atol=1e-12)
 
 
+def test_mixed_alphabet_sizes():
+    """Attributes with different k: the one-hot blocks are padded to K = max k with zero
+    features (like the unused cells of Alg. 3's bias row); the estimates are still exact in the
+    limit. A chain x0 – x1 – x2 – x3 with k = (2, 3, 2, 3)."""
+    ks = (2, 3, 2, 3)
+    rng = np.random.default_rng(5)
+    W = {}
+    for i in range(3):
+        M = rng.normal(size=(ks[i], ks[i + 1]))
+        M = M - M.mean(0, keepdims=True) - M.mean(1, keepdims=True) + M.mean()
+        W[i, i + 1] = 0.6 * M / np.abs(M).max()
+    states = np.array(list(itertools.product(*[range(k) for k in ks])))
+    energy = sum(M[states[:, i], states[:, j]] for (i, j), M in W.items())
+    prob = np.exp(energy) / np.exp(energy).sum()
+    x = states[np.random.default_rng(6).choice(len(states), size=20_000, p=prob)]
+    dom = Domain({f"a{i}": k for i, k in enumerate(ks)})
+    res = learn_pairwise(x, None, width=1.2, domain=dom, iterations=1000)
+    W_hat = res.extras["W"]
+    for i, j in itertools.permutations(range(4), 2):
+        truth = W[i, j] if (i, j) in W else W[j, i].T if (j, i) in W else 0.0
+        assert np.max(np.abs(W_hat[i, j, : ks[i], : ks[j]] - truth)) <= 0.08, (i, j)
+        assert np.all(W_hat[i, j, ks[i]:, :] == 0) and np.all(W_hat[i, j, :, ks[j]:] == 0)
+    assert res.model.network.domain == dom
+
+
 # ================================================================================================
 # D. t-wise (Alg. 4/5) and PMW
 # ================================================================================================
