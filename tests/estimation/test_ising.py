@@ -391,6 +391,9 @@ def test_d4_pmw():
     assert res.epsilon0 == pytest.approx(math.sqrt(1.0 / (8 * res.max_hard_rounds)))
     assert res.noise_scale == pytest.approx(1 / (20_000 * res.epsilon0))
     assert ledger.spent == pytest.approx(1.0)
+    # the cap on hard rounds is fixed before the data are seen and is never exceeded
+    capped = pmw_parities(z, queries, 1.0, alpha=0.05, key=jax.random.key(3), max_hard_rounds=3)
+    assert capped.hard_rounds == 3 and capped.epsilon0 == pytest.approx(math.sqrt(1 / 24))
     # with almost no budget the answers stay at the uniform distribution's (≈ 0)
     tiny = pmw_parities(z, queries, 1e-6, alpha=0.05, key=jax.random.key(3))
     assert np.median([abs(v) for v in tiny.parities.values()]) < 0.05
@@ -435,6 +438,13 @@ def test_e2_stable_mode():
         wins += winner == same[0]
         assert set(hist) == {same[0]}  # bins that never occurred are never candidates
     assert wins >= 990
+
+
+def test_e2_stable_mode_noise_law():
+    """The histogram noise is Lap(2/ε): E|ĉ − c| = 2/ε (one replaced record moves two counts)."""
+    same = ["G"] * 40
+    dev = [abs(stable_mode(same, 0.5, 1e-6, key=jax.random.key(s))[1] - 40) for s in range(2000)]
+    assert np.mean(dev) == pytest.approx(4.0, rel=0.08)  # 5σ: σ(mean) = 4/√2000
 
 
 # ================================================================================================
