@@ -2,7 +2,7 @@
 # One entry point for a fresh machine: finds Python >= 3.12, builds .venv, installs the package,
 # then runs what was asked.
 #   bash scripts/dev.sh demo [args]   run the demo on the bundled Adult data
-#   bash scripts/dev.sh test [args]   run the test suite (what CI runs)
+#   bash scripts/dev.sh test [paths]  run the test suite and execute the notebooks (what CI runs)
 #   bash scripts/dev.sh bench [args]  run the benchmarks (installs the peer, mbi)
 #   bash scripts/dev.sh lint          ruff
 set -euo pipefail
@@ -52,7 +52,9 @@ ensure_venv() {
 cmd="${1:-help}"; shift || true
 case "$cmd" in
   demo)  ensure_venv dev; exec "$venv/bin/dpgm" demo "$@" ;;
-  test)  ensure_venv dev; exec "$venv/bin/python" -m pytest -n "${DPGM_TEST_WORKERS:-2}" "$@" ;;
+  test)  ensure_venv dev
+         [ $# -eq 0 ] && set -- tests notebooks   # the suite and the executed notebooks
+         exec "$venv/bin/python" -m pytest -n "${DPGM_TEST_WORKERS:-2}" --nbmake "$@" ;;
   bench) ensure_venv dev,bench; exec "$venv/bin/python" -m benchmarks "$@" ;;
   lint)  ensure_venv dev; exec "$venv/bin/ruff" check numpyro_dpgm tests benchmarks ;;
   *) sed -n '2,8p' "$0"; exit 1 ;;
