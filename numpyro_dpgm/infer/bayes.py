@@ -20,7 +20,7 @@ directions the likelihood cannot see. The prior is therefore placed on *minimal 
 clique (the cliques' downward closure) and every cell ``v`` of ``A`` in which **no** attribute
 takes its reference value 0, one parameter ``λ_A(v)``; the log-density of a record is
 
-.. math:: \\log p(x) = \\sum_A λ_A(x_A)\\, 1[x_a ≠ 0\\ ∀ a ∈ A] - A(φ).
+.. math:: \\log p(x) = \\sum_A λ_A(x_A)\\, 1[x_a ≠ 0\\ ∀ a ∈ A] - \\log Z(φ).
 
 Each ``λ_A`` is written into the table of one clique containing ``A`` (the first in the
 network's order), which defines the 0/1 matrix ``M``. These indicator features and the constant
@@ -59,7 +59,7 @@ from numpyro.infer.initialization import init_to_uniform
 
 from .._precision import warn_if_float32
 from ..distributions.cgm import CollectiveGraphicalModel
-from ..distributions.constraints import _ScaledMarginalPolytope
+from ..distributions.constraints import _ScaledMarginalPolytope, decomposable_layout
 from ..distributions.noise import GaussianNoise, LaplaceNoise
 from ..domain import Clique
 from ..inference import junction_tree as jt
@@ -304,6 +304,9 @@ class NoisyMarginalsModel:
         for k, m in enumerate(measurements):
             if not isinstance(m, Measurement):
                 raise TypeError(f"measurements[{k}] is a {type(m).__name__}, not a Measurement")
+        decomposable_layout(network)  # a clear error now rather than at the first draw
+        if relaxation not in ("lgamma", "stirling"):
+            raise ValueError(f"relaxation must be 'lgamma' or 'stirling', got {relaxation!r}")
         total = _check_total(total_count)
         families = {"laplace" if isinstance(m.noise, _LAPLACE) else "gaussian"
                     for m in measurements}

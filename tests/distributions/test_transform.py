@@ -175,7 +175,7 @@ def test_log_jacobian_matches_jacfwd_slogdet(case):
             np.testing.assert_allclose(got, ref, rtol=TOL, atol=TOL, err_msg=f"{tree} {drop}")
 
 
-@pytest.mark.parametrize("case", CASES[:4], ids=lambda c: c.name)
+@pytest.mark.parametrize("case", [CASES[1], CASES[4]], ids=lambda c: c.name)
 def test_traced_total_count(case):
     """``N`` as a traced argument of a jitted function (no retrace per value)."""
     net = case.network()

@@ -198,6 +198,12 @@ def test_model_errors():
     net = MarkovNetwork({"a": 2, "b": 2, "c": 2}, [("a", "b"), ("c",)])
     with pytest.raises(ValueError, match="not contained in any clique"):
         noisy_marginals_model(net, [Measurement(("a", "c"), np.zeros(4), Laplace(1.0))], 10)
+    cycle = MarkovNetwork({"a": 2, "b": 2, "c": 2, "d": 2},
+                          [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")])
+    with pytest.raises(ValueError, match="decomposable"):
+        noisy_marginals_model(cycle, [Measurement(("a", "b"), np.zeros(4), Laplace(1.0))], 10)
+    with pytest.raises(ValueError, match="relaxation"):
+        noisy_marginals_model(NET_SMALL, ms, N_SMALL, relaxation="gauss")
     with pytest.raises(ValueError, match="positive integer"):
         noisy_marginals_model(NET_SMALL, ms, 20.5)
     with pytest.raises(ValueError, match="prior_scale"):
@@ -248,7 +254,8 @@ def test_em_starting_point_is_interior():
 # Tolerances (N = 20, Laplace b = 2, θ fixed; 2 chains × 2,000 draws). Measured: the largest
 # error of a posterior mean was 0.16 counts (in the cell whose posterior mean is 1.8, where the
 # relaxation's boundary effect is largest), of a posterior sd 0.08, and of the CDF at
-# half-integers 0.054 (at 0 in that cell; ≤ 0.027 elsewhere).
+# half-integers 0.054 (at 0 in that cell; ≤ 0.027 elsewhere), of a 5% or 95% quantile against the
+# exact integer quantile 0.59.
 MEAN_TOL = 0.25  # counts
 SD_TOL = 0.12  # counts
 CDF_TOL = 0.075  # max_k |P̂(n < k + 1/2) − P(n ≤ k)|
@@ -284,7 +291,7 @@ def test_svi_gives_sensible_means(exact_small):
     fit = run_svi(model, jax.random.key(1), guide="normal", num_steps=2000,
                   learning_rate=0.03, num_samples=4000)
     n_ab = np.asarray(fit.samples["n"][:, 4:])
-    # measured: mean errors ≤ 0.25 counts, sds within 0.12 of the exact ones
+    # measured: mean errors ≤ 0.29 counts, sds within 0.06 of the exact ones
     np.testing.assert_allclose(n_ab.mean(0), mean, atol=0.4)
     np.testing.assert_allclose(n_ab.std(0), sd, atol=0.25)
     assert np.mean(np.asarray(fit.losses)[-200:]) < np.mean(np.asarray(fit.losses)[:200])
@@ -314,8 +321,8 @@ def test_credible_intervals_of_marginals_cover_over_simulations():
     posterior is the product of the separate posteriors.
 
     With a calibrated posterior the coverage has mean 0.8 (0.5); over 20 releases × 4 cells
-    (cells of one release are dependent) we accept [0.65, 0.93] ([0.3, 0.7]); measured 0.75
-    (0.56). Sharpness: the posterior mean of μ is closer to the truth than the prior mean is.
+    (cells of one release are dependent) we accept [0.65, 0.93] ([0.3, 0.7]); measured 0.74
+    (0.55). Sharpness: the posterior mean of μ is closer to the truth than the prior mean is.
     """
     net = MarkovNetwork({"a": 2, "b": 2}, [("a", "b")])
     coding = reference_coding(net)
