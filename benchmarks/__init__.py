@@ -1,0 +1,46 @@
+"""Side-by-side benchmarks of numpyro_dpgm against peer libraries.
+
+Run one with ``python -m benchmarks <name> [options]`` (``python -m benchmarks --list`` names
+them, ``python -m benchmarks <name> --help`` gives its options). Results go to JSON and CSV
+under ``bench-results/`` unless ``--out`` says otherwise; ``benchmarks/results/`` keeps copies
+of reference runs with the machine they ran on.
+
+A benchmark is a module of this package that defines
+
+- ``DESCRIPTION``: one line for the listing,
+- ``add_arguments(parser)``: its command-line options (an :class:`argparse.ArgumentParser`),
+- ``main(args) -> int``: the run, given the parsed options; returns an exit status.
+
+To add one, write the module and name it in :data:`BENCHMARKS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+__all__ = ["BENCHMARKS", "load"]
+
+#: Benchmark name -> module that implements it (imported only when that benchmark runs).
+BENCHMARKS: dict[str, str] = {
+    "cgm": "benchmarks.cgm",
+    "oracle": "benchmarks.oracle",
+}
+
+
+def load(name: str) -> ModuleType:
+    """Import the module of benchmark ``name``.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`BENCHMARKS`.
+
+    Returns
+    -------
+    module
+        With ``DESCRIPTION``, ``add_arguments`` and ``main``.
+    """
+    if name not in BENCHMARKS:
+        raise KeyError(f"unknown benchmark {name!r}; available: {sorted(BENCHMARKS)}")
+    return importlib.import_module(BENCHMARKS[name])
