@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from oracles.brute_force import BruteForce, tv_bound
+from oracles.brute_force import BruteForce, features, tv_bound
 from scipy.special import gammaln, xlogy
 
 from numpyro_dpgm import MarkovNetwork
@@ -75,17 +75,6 @@ def case(name: str) -> Case:
     return next(c for c in CASES if c.name == name)
 
 
-def features(net: MarkovNetwork, records: np.ndarray) -> np.ndarray:
-    """``φ(x)`` of every record (domain order): one-hot clique tables, C-order, concatenated."""
-    attrs = tuple(net.domain)
-    blocks = []
-    for clique in net.cliques:
-        shape = tuple(net.domain[a] for a in clique)
-        cell = np.ravel_multi_index(tuple(records[:, attrs.index(a)] for a in clique), shape)
-        block = np.zeros((len(records), math.prod(shape)))
-        block[np.arange(len(records)), cell] = 1.0
-        blocks.append(block)
-    return np.concatenate(blocks, axis=1)
 
 
 def tables_of(net: MarkovNetwork, n: np.ndarray) -> dict[tuple[str, ...], np.ndarray]:

@@ -10,12 +10,10 @@
 
 from __future__ import annotations
 
-import math
-
 import jax
 import numpy as np
 import pytest
-from oracles.brute_force import BruteForce, exact_kl
+from oracles.brute_force import BruteForce, exact_kl, features
 from scipy.optimize import linprog
 
 from numpyro_dpgm import MarkovNetwork, MarkovRandomField
@@ -28,17 +26,6 @@ CYCLE = MarkovNetwork({"a": 2, "b": 2, "c": 3, "d": 2},
                       [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")])
 
 
-def features(net: MarkovNetwork, records: np.ndarray) -> np.ndarray:
-    """``φ(x)`` per record: one-hot clique tables raveled in C order, concatenated."""
-    attrs = tuple(net.domain)
-    blocks = []
-    for clique in net.cliques:
-        shape = tuple(net.domain[a] for a in clique)
-        cell = np.ravel_multi_index(tuple(records[:, attrs.index(a)] for a in clique), shape)
-        block = np.zeros((len(records), math.prod(shape)))
-        block[np.arange(len(records)), cell] = 1.0
-        blocks.append(block)
-    return np.concatenate(blocks, axis=1)
 
 
 PHI = features(CHAIN, BruteForce(CHAIN, np.zeros(CHAIN.num_params)).records())

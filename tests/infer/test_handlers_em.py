@@ -17,7 +17,7 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from numpyro import handlers
-from oracles.brute_force import BruteForce
+from oracles.brute_force import BruteForce, features
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
@@ -33,16 +33,6 @@ N = 150.0
 ITERS = 300
 
 
-def features(net: MarkovNetwork, records: np.ndarray) -> np.ndarray:
-    attrs = tuple(net.domain)
-    blocks = []
-    for clique in net.cliques:
-        shape = tuple(net.domain[a] for a in clique)
-        cell = np.ravel_multi_index(tuple(records[:, attrs.index(a)] for a in clique), shape)
-        block = np.zeros((len(records), math.prod(shape)))
-        block[np.arange(len(records)), cell] = 1.0
-        blocks.append(block)
-    return np.concatenate(blocks, axis=1)
 
 
 def truth(net: MarkovNetwork, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -15,14 +15,13 @@ reference. ``F`` itself is evaluated with the junction-tree entropy written out 
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from oracles.brute_force import BruteForce
+from oracles.brute_force import BruteForce, features
 from scipy.optimize import minimize
 from scipy.special import logsumexp, xlogy
 
@@ -36,17 +35,6 @@ CHAIN = MarkovNetwork({"a": 2, "b": 3, "c": 2}, [("a", "b"), ("b", "c")])
 # ------------------------------------------------------------------------------------------------
 # independent reference
 # ------------------------------------------------------------------------------------------------
-def features(net: MarkovNetwork, records: np.ndarray) -> np.ndarray:
-    """``φ(x)`` per record: one-hot clique tables raveled in C order, concatenated."""
-    attrs = tuple(net.domain)
-    blocks = []
-    for clique in net.cliques:
-        shape = tuple(net.domain[a] for a in clique)
-        cell = np.ravel_multi_index(tuple(records[:, attrs.index(a)] for a in clique), shape)
-        block = np.zeros((len(records), math.prod(shape)))
-        block[np.arange(len(records)), cell] = 1.0
-        blocks.append(block)
-    return np.concatenate(blocks, axis=1)
 
 
 def jt_entropy(net: MarkovNetwork, n: np.ndarray, N: float) -> float:

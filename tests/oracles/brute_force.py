@@ -122,6 +122,19 @@ class BruteForce:
         ])
 
 
+def features(net: MarkovNetwork, records: np.ndarray) -> np.ndarray:
+    """``φ(x)`` of every record (domain order): one-hot clique tables, C order, concatenated."""
+    attrs = tuple(net.domain)
+    blocks = []
+    for clique in net.cliques:
+        shape = tuple(net.domain[a] for a in clique)
+        cell = np.ravel_multi_index(tuple(records[:, attrs.index(a)] for a in clique), shape)
+        block = np.zeros((len(records), math.prod(shape)))
+        block[np.arange(len(records)), cell] = 1.0
+        blocks.append(block)
+    return np.concatenate(blocks, axis=1)
+
+
 def exact_kl(p: BruteForce, q: BruteForce) -> float:
     """``KL(p ‖ q) = Σ_x p(x) (log p(x) − log q(x))`` over the whole joint."""
     if p.attrs != q.attrs or p.shape != q.shape:
