@@ -1,7 +1,8 @@
 """Side-by-side benchmarks of numpyro_dpgm against peer libraries.
 
-Run one with ``python -m benchmarks <name> [options]`` (``python -m benchmarks --list`` names
-them, ``python -m benchmarks <name> --help`` gives its options). Results go to JSON and CSV
+Run one with ``python -m benchmarks <name> [options]``, or all of them with their defaults with
+``python -m benchmarks`` (``python -m benchmarks --list`` names them,
+``python -m benchmarks <name> --help`` gives its options). Results go to JSON and CSV
 under ``bench-results/`` unless ``--out`` says otherwise; ``benchmarks/results/`` keeps copies
 of reference runs with the machine they ran on.
 

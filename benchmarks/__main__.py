@@ -1,4 +1,4 @@
-"""Command line: ``python -m benchmarks <name> [options]``."""
+"""Command line: ``python -m benchmarks [<name> [options]]`` (no name: run them all)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,15 @@ def main(argv: list[str] | None = None) -> int:
         Exit status.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] in ("-h", "--help", "--list"):
-        print("usage: python -m benchmarks <name> [options]   (<name> --help for its options)")
+    if argv and argv[0] in ("-h", "--help", "--list"):
+        print("usage: python -m benchmarks [<name> [options]]   (<name> --help for its options;")
+        print("       no name runs every benchmark with its defaults)")
         print("benchmarks:")
         for name in sorted(BENCHMARKS):
             print(f"  {name:<12} {load(name).DESCRIPTION}")
-        return 0 if argv else 2
+        return 0
+    if not argv:
+        return max(main([name]) for name in BENCHMARKS)
     name, rest = argv[0], argv[1:]
     if name not in BENCHMARKS:
         print(f"unknown benchmark {name!r}; available: {', '.join(sorted(BENCHMARKS))}",
