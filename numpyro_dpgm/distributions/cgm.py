@@ -15,13 +15,14 @@ from numpyro.distributions.distribution import Distribution
 from .._precision import warn_if_float32
 from ..inference import junction_tree as jt
 from ..network import MarkovNetwork
-from ..tables import CliqueTables, project_table
+from ..tables import project_table
 from .constraints import (
     DecomposableLayout,
     count_tables,
     decomposable_layout,
     scaled_marginal_polytope,
 )
+from .mrf import validated_theta
 
 __all__ = ["CollectiveGraphicalModel", "DecomposableLayout", "decomposable_layout"]
 
@@ -85,17 +86,9 @@ class CollectiveGraphicalModel(Distribution):
         relaxation: str = "lgamma",
         validate_args: bool | None = None,
     ):
-        if not isinstance(network, MarkovNetwork):
-            raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
+        theta = validated_theta(network, theta)
         if relaxation not in ("lgamma", "stirling"):
             raise ValueError(f"relaxation must be 'lgamma' or 'stirling', got {relaxation!r}")
-        if isinstance(theta, CliqueTables):
-            theta = network.flatten(theta)
-        theta = jnp.asarray(theta)
-        if theta.ndim < 1 or theta.shape[-1] != network.num_params:
-            raise ValueError(
-                f"theta has shape {theta.shape}; this network needs (..., {network.num_params})"
-            )
         if isinstance(total_count, int | float | np.number | np.ndarray):  # concrete: check
             n_arr = np.asarray(total_count, dtype=float)
             if np.any(n_arr < 0) or np.any(n_arr != np.floor(n_arr)):

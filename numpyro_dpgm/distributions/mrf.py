@@ -20,6 +20,20 @@ from ..tables import CliqueTables
 __all__ = ["MarkovRandomField"]
 
 
+def validated_theta(network: MarkovNetwork, theta: Any) -> jax.Array:
+    """``theta`` (array or CliqueTables) as an array ``(..., num_params)``; clear errors else."""
+    if not isinstance(network, MarkovNetwork):
+        raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
+    if isinstance(theta, CliqueTables):
+        theta = network.flatten(theta)
+    theta = jnp.asarray(theta)
+    if theta.ndim < 1 or theta.shape[-1] != network.num_params:
+        raise ValueError(
+            f"theta has shape {theta.shape}; this network needs (..., {network.num_params})"
+        )
+    return theta
+
+
 class MarkovRandomField(Distribution):
     """Log-linear model ``p_θ(x) = exp(θ·φ(x) − A(θ))`` over the records of a network's domain.
 
@@ -62,15 +76,7 @@ class MarkovRandomField(Distribution):
         method: str = "min_fill",
         validate_args: bool | None = None,
     ):
-        if not isinstance(network, MarkovNetwork):
-            raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
-        if isinstance(theta, CliqueTables):
-            theta = network.flatten(theta)
-        theta = jnp.asarray(theta)
-        if theta.ndim < 1 or theta.shape[-1] != network.num_params:
-            raise ValueError(
-                f"theta has shape {theta.shape}; this network needs (..., {network.num_params})"
-            )
+        theta = validated_theta(network, theta)
         if not jnp.issubdtype(theta.dtype, jnp.floating):
             theta = theta.astype(jnp.result_type(float))
         if theta.dtype == jnp.float32:
