@@ -12,21 +12,36 @@ A benchmark is a module of this package that defines
 - ``add_arguments(parser)``: its command-line options (an :class:`argparse.ArgumentParser`),
 - ``main(args) -> int``: the run, given the parsed options; returns an exit status.
 
-To add one, write the module and name it in :data:`BENCHMARKS`.
+To add one, write the module: every module of this package that defines ``DESCRIPTION`` at its
+top level is a benchmark named after the module.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 from types import ModuleType
 
 __all__ = ["BENCHMARKS", "load"]
 
+
+def _discover() -> dict[str, str]:
+    """Modules of this folder that assign ``DESCRIPTION`` at top level (read, not imported)."""
+    found = {}
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        tree = ast.parse(path.read_text())
+        if any(isinstance(node, ast.Assign)
+               and any(getattr(t, "id", None) == "DESCRIPTION" for t in node.targets)
+               for node in tree.body):
+            found[path.stem] = f"{__name__}.{path.stem}"
+    return found
+
+
 #: Benchmark name -> module that implements it (imported only when that benchmark runs).
-BENCHMARKS: dict[str, str] = {
-    "cgm": "benchmarks.cgm",
-    "oracle": "benchmarks.oracle",
-}
+BENCHMARKS: dict[str, str] = _discover()
 
 
 def load(name: str) -> ModuleType:
