@@ -1,0 +1,362 @@
+"""Synthetic data from a fitted model: one data set from a point estimate, one per posterior draw.
+
+A point estimate ``p_θ̂`` (a :class:`~numpyro_dpgm.MarkovRandomField`, or an estimator's
+``Result``) gives synthetic records that carry the sampling variability of ``num_records`` draws
+only. Noise-aware synthesis (Räisä et al. 2023, NAPSU-MQ, §3; the "fully synthetic data" of
+Raghunathan, Reiter & Rubin 2003) draws ``m`` parameter values ``θ^(1..m)`` from the posterior
+given the noisy release, and one data set ``D^(j) ~ p_{θ^(j)}`` of ``num_records`` records per
+draw; analyses of the ``m`` data sets are combined with :func:`numpyro_dpgm.combining.rubin`.
+
+Records are drawn by exact forward sampling on the junction tree
+(:meth:`MarkovRandomField.sample`). Columns carry the domain's attribute names; with
+``categories`` (attribute -> labels, index = code) they are pandas categoricals with the
+original labels, otherwise integer codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from .distributions.constraints import decomposable_layout
+from .distributions.mrf import MarkovRandomField
+from .network import MarkovNetwork
+from .tables import project_table
+
+__all__ = ["posterior_models", "synthesize", "theta_from_counts"]
+
+Array = Any
+
+#: Posterior sites :func:`posterior_models` turns into record models.
+SITES = ("theta", "phi", "n")
+
+
+# ------------------------------------------------------------------------------------------------
+# latent counts -> log-potentials
+# ------------------------------------------------------------------------------------------------
+def theta_from_counts(network: MarkovNetwork, n: Array) -> jax.Array:
+    """Log-potentials of the maximum-entropy record model whose clique marginals are ``n / N``.
+
+    On a decomposable network the model with clique marginals ``μ_C`` factorises over its
+    junction tree as ``p(x) = Π_C μ_C(x_C) / Π_S μ_S(x_S)`` (Lauritzen 1996, Prop. 4.18 / the
+    junction-tree form of the CGM in Bernstein & Sheldon, seed 002, §3): ``θ_C = log μ_C`` on
+    the junction-tree cliques, ``− log μ_S`` of every separator added to a clique containing it,
+    zero elsewhere. Attributes in no clique are uniform.
+
+    Parameters
+    ----------
+    network : MarkovNetwork
+        Decomposable (as for the relaxed CGM whose draws ``n`` are).
+    n : array ``(..., num_params)``
+        Consistent clique count tables in the network's layout (e.g. NUTS draws of the latent
+        site ``n`` of :func:`numpyro_dpgm.infer.bayes.noisy_marginals_model`), every cell > 0.
+
+    Returns
+    -------
+    array ``(..., num_params)``
+    """
+    n = jnp.asarray(n)
+    if n.ndim < 1 or n.shape[-1] != network.num_params:
+        raise ValueError(f"n has shape {n.shape}; this network needs (..., {network.num_params})")
+    if not bool(jnp.all(n > 0)):
+        raise ValueError(
+            "n has zero or negative cells, whose log-potential would be -inf; use draws of "
+            "the relaxed CGM (strictly inside N·M) or synthesize from the 'theta' draws instead"
+        )
+    layout = decomposable_layout(network)
+    batch = n.shape[:-1]
+    names = tuple(f"__b{i}" for i in range(len(batch)))
+    tables = {c: jnp.reshape(n[..., network.slice_of(c)], batch + network.domain.shape_of(c))
+              for c in network.cliques}
+    theta = {c: jnp.zeros_like(t) for c, t in tables.items()}
+    for c in layout.tree_cliques:
+        theta[c] = theta[c] + jnp.log(tables[c])
+    for host, sep in layout.separators:
+        if sep:  # an empty separator joins two disconnected parts: nothing to divide by
+            log_sep = jnp.log(project_table(tables[host], names + host, names + sep))
+            theta[host] = theta[host] - _align(log_sep, sep, host, batch)
+    # p ∝ Π n_C / Π n_S differs from Π μ_C / Π μ_S by a constant, which A(θ) absorbs
+    return jnp.concatenate([jnp.reshape(theta[c], batch + (-1,)) for c in network.cliques],
+                           axis=-1)
+
+
+def _align(table: Array, sep: tuple, host: tuple, batch: tuple) -> Array:
+    """A table over ``batch + sep`` reshaped to broadcast against ``batch + host``."""
+    in_host = tuple(a for a in host if a in sep)
+    perm = list(range(len(batch))) + [len(batch) + sep.index(a) for a in in_host]
+    table = jnp.transpose(table, perm)
+    shape = batch + tuple(table.shape[len(batch) + in_host.index(a)] if a in sep else 1
+                          for a in host)
+    return jnp.reshape(table, shape)
+
+
+# ------------------------------------------------------------------------------------------------
+# sources
+# ------------------------------------------------------------------------------------------------
+def _model_of(source: Any) -> Any:
+    """The NumPyro model a posterior object was fitted with, or None."""
+    sampler = getattr(source, "sampler", None)  # numpyro.infer.MCMC
+    if sampler is not None:
+        return getattr(sampler, "model", None)
+    guide = getattr(source, "guide", None)  # infer.bayes.SVIFit
+    return getattr(guide, "model", None)
+
+
+def _draws_of(source: Any) -> Mapping[str, Array] | None:
+    if hasattr(source, "get_samples"):  # MCMC
+        return source.get_samples()
+    if hasattr(source, "posterior") and hasattr(source.posterior, "data_vars"):  # InferenceData
+        post = source.posterior
+        return {k: np.asarray(post[k]).reshape((-1,) + post[k].shape[2:]) for k in post.data_vars}
+    samples = getattr(source, "samples", None)  # SVIFit
+    if isinstance(samples, Mapping):
+        return samples
+    if isinstance(source, Mapping):
+        return source
+    return None
+
+
+def posterior_models(
+    source: Any,
+    network: MarkovNetwork | None = None,
+    site: str = "theta",
+) -> MarkovRandomField:
+    """Posterior draws as one batched record model, batch shape ``(num_draws,)``.
+
+    Parameters
+    ----------
+    source : MCMC, SVIFit, arviz.InferenceData or mapping site -> draws
+        The output of :func:`numpyro_dpgm.infer.bayes.run_nuts` (chains are pooled),
+        :func:`~numpyro_dpgm.infer.bayes.run_svi`, ``arviz.from_numpyro`` or
+        :func:`~numpyro_dpgm.infer.diagnostics.to_inference_data`, or a plain mapping such as
+        ``dict(np.load("fit.npz"))`` holding the site below with a leading draw axis.
+    network : MarkovNetwork, optional
+        Needed unless ``source`` was fitted with a
+        :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel` (taken from it).
+    site : {"theta", "phi", "n"}
+        ``"theta"``: the record model's log-potentials (the noise-aware choice: new records
+        from the population model, Räisä et al. 2023); ``"phi"``: reference-coded parameters,
+        mapped to ``θ`` (:class:`~numpyro_dpgm.infer.bayes.ReferenceCoding`); ``"n"``: the
+        latent true count tables, each turned into the maximum-entropy model with their
+        marginals (:func:`theta_from_counts`): records that resemble the confidential data
+        set rather than its population.
+    """
+    if site not in SITES:
+        raise ValueError(f"site must be one of {list(SITES)}, got {site!r}")
+    model = _model_of(source)
+    if network is None:
+        network = getattr(model, "network", None)
+        if network is None:
+            raise TypeError(
+                "pass network=: the posterior draws do not say which MarkovNetwork they belong to"
+            )
+    if not isinstance(network, MarkovNetwork):
+        raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
+    draws = _draws_of(source)
+    if draws is None:
+        raise TypeError(
+            f"cannot read posterior draws from a {type(source).__name__}; pass an MCMC, SVIFit, "
+            "arviz.InferenceData, a mapping of site -> draws, or a MarkovRandomField"
+        )
+    if site not in draws:
+        raise KeyError(f"the posterior has no draws of site {site!r}; it has {sorted(draws)}")
+    values = jnp.asarray(draws[site])
+    if site == "phi":
+        from .infer.bayes import reference_coding
+
+        coding = reference_coding(network)
+        if values.ndim != 2 or values.shape[-1] != coding.dim:
+            raise ValueError(f"phi draws have shape {values.shape}; expected (draws, {coding.dim})")
+        theta = coding.to_theta(values)
+    elif site == "n":
+        theta = theta_from_counts(network, _as_draws(values, network, site))
+    else:
+        theta = _as_draws(values, network, site)
+    return MarkovRandomField(network, theta)
+
+
+def _as_draws(values: jax.Array, network: MarkovNetwork, site: str) -> jax.Array:
+    if values.ndim < 2 or values.shape[-1] != network.num_params:
+        raise ValueError(
+            f"{site} draws have shape {values.shape}; expected (draws, {network.num_params}) "
+            "(chains are pooled; a single point estimate is a MarkovRandomField)"
+        )
+    return jnp.reshape(values, (-1, network.num_params))
+
+
+# ------------------------------------------------------------------------------------------------
+# records -> DataFrame
+# ------------------------------------------------------------------------------------------------
+def _category_map(categories: Any, network: MarkovNetwork) -> dict[str, list]:
+    if categories is None:
+        return {}
+    cats = getattr(categories, "categories", categories)  # an encoding object or a mapping
+    if not isinstance(cats, Mapping):
+        raise TypeError(
+            f"categories must map attribute -> list of labels, got {type(categories).__name__}"
+        )
+    domain = network.domain
+    unknown = [a for a in cats if a not in domain]
+    if unknown:
+        raise KeyError(f"categories name attribute(s) {unknown} not in the domain {list(domain)}")
+    out = {}
+    for a, labels in cats.items():
+        labels = list(labels)
+        if len(labels) != domain[a]:
+            raise ValueError(
+                f"categories[{a!r}] has {len(labels)} labels but the domain gives {a!r} "
+                f"{domain[a]} values; give one label per code 0..{domain[a] - 1}"
+            )
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"categories[{a!r}] has repeated labels; labels must be unique")
+        out[a] = labels
+    return out
+
+
+def _columns(columns: Sequence[str] | None, network: MarkovNetwork) -> list[str]:
+    domain = network.domain
+    if columns is None:
+        return list(domain.attrs)
+    if isinstance(columns, str):
+        raise TypeError("columns must be a sequence of attribute names, not one string")
+    columns = list(columns)
+    unknown = [c for c in columns if c not in domain]
+    if unknown:
+        raise KeyError(f"columns {unknown} are not attributes of the domain {list(domain)}")
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"columns has repeated names: {columns}")
+    return columns
+
+
+def _frame(codes: np.ndarray, network: MarkovNetwork, cats: dict[str, list],
+           columns: list[str]) -> pd.DataFrame:
+    domain = network.domain
+    data = {}
+    for a in columns:
+        col = codes[:, domain.index(a)].astype(np.int64)
+        data[a] = pd.Categorical.from_codes(col, categories=cats[a]) if a in cats else col
+    return pd.DataFrame(data, columns=columns)
+
+
+def _check_count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _key(rng: Any) -> jax.Array:
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return jax.random.key(int(rng))
+    if isinstance(rng, jax.Array) and (jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)
+                                       or (rng.dtype == jnp.uint32 and rng.shape == (2,))):
+        return rng
+    raise TypeError(f"rng must be an int seed or a JAX PRNG key, got {type(rng).__name__}")
+
+
+def _default_num_records(source: Any) -> int:
+    total = getattr(_model_of(source), "total_count", None)
+    if total is None:
+        raise TypeError(
+            "pass num_records=: the source does not say how many records the data had"
+        )
+    return int(total)
+
+
+# ------------------------------------------------------------------------------------------------
+# the entry point
+# ------------------------------------------------------------------------------------------------
+def synthesize(
+    source: Any,
+    num_records: int | None,
+    num_datasets: int = 1,
+    *,
+    rng: Any,
+    categories: Any = None,
+    columns: Sequence[str] | None = None,
+    network: MarkovNetwork | None = None,
+    site: str = "theta",
+) -> pd.DataFrame | list[pd.DataFrame]:
+    """Synthetic data sets from a fitted model: a point estimate, or posterior draws.
+
+    Parameters
+    ----------
+    source :
+        A point estimate: a :class:`~numpyro_dpgm.MarkovRandomField` with empty batch shape,
+        or an estimator's ``Result`` (its ``.model``). Posterior draws: an MCMC from
+        :func:`~numpyro_dpgm.infer.bayes.run_nuts`, an
+        :class:`~numpyro_dpgm.infer.bayes.SVIFit`, an ``arviz.InferenceData``, a mapping
+        site -> draws (see :func:`posterior_models`), or a MarkovRandomField with batch shape
+        ``(num_draws,)``.
+    num_records : int or None
+        Records per data set. ``None`` takes the release's ``total_count`` from a posterior
+        fitted with a :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel` (the
+        "same size" choice of the combining rules; see :mod:`numpyro_dpgm.combining`).
+    num_datasets : int
+        ``m``. From posterior draws: one data set per draw, the ``m`` draws evenly spaced over
+        the pooled chains (``m`` must not exceed the number of draws). From a point estimate:
+        ``m`` independent data sets of the same model (they share its estimation error:
+        not for combining rules).
+    rng : int or JAX PRNG key
+        Seed of the record sampler (keyword-only, required).
+    categories : mapping attribute -> sequence of labels, or an object with ``.categories``
+        Label of every code (index = code) of the attributes it names; those columns become
+        pandas categoricals with these categories. Other columns hold integer codes.
+    columns : sequence of str, optional
+        Attributes to output, in this order (default: all, in domain order).
+    network : MarkovNetwork, optional
+        For posterior draws that do not carry their model (a mapping of arrays).
+    site : {"theta", "phi", "n"}
+        Which posterior site makes the record models (see :func:`posterior_models`).
+
+    Returns
+    -------
+    pandas.DataFrame or list of DataFrame
+        A point estimate with ``num_datasets=1``: one DataFrame. Otherwise a list of
+        ``num_datasets`` DataFrames, in draw order.
+
+    Examples
+    --------
+    >>> mcmc = run_nuts(noisy_marginals_model(net, measurements, N), key)     # doctest: +SKIP
+    >>> sets = synthesize(mcmc, None, num_datasets=10, rng=0, categories=enc)  # doctest: +SKIP
+    """
+    num_datasets = _check_count(num_datasets, "num_datasets")
+    key = _key(rng)
+    if hasattr(source, "model") and isinstance(source.model, MarkovRandomField):
+        source = source.model  # an estimator's Result
+    if isinstance(source, MarkovRandomField) and not source.batch_shape:
+        mrf, point = source, True
+    elif isinstance(source, MarkovRandomField):
+        if len(source.batch_shape) != 1:
+            raise ValueError(
+                f"a batched MarkovRandomField must have batch shape (num_draws,), got "
+                f"{source.batch_shape}"
+            )
+        mrf, point = source, False
+    else:
+        mrf, point = posterior_models(source, network, site), False
+    if num_records is None:
+        num_records = _default_num_records(source)
+    num_records = _check_count(num_records, "num_records")
+    net = mrf.network
+    cats = _category_map(categories, net)
+    cols = _columns(columns, net)
+    if point:
+        x = mrf.sample(key, (num_records, num_datasets))  # (n, m, d)
+        x = np.moveaxis(np.asarray(x), 1, 0)
+        frames = [_frame(x[j], net, cats, cols) for j in range(num_datasets)]
+        return frames[0] if num_datasets == 1 else frames
+    num_draws = mrf.batch_shape[0]
+    if num_datasets > num_draws:
+        raise ValueError(
+            f"num_datasets={num_datasets} exceeds the {num_draws} posterior draws; draw more "
+            "samples or ask for fewer data sets"
+        )
+    index = np.round(np.linspace(0, num_draws - 1, num_datasets)).astype(int)
+    chosen = MarkovRandomField(net, mrf.theta[index], method=mrf.method)
+    x = np.asarray(chosen.sample(key, (num_records,)))  # (n, m, d)
+    return [_frame(x[:, j], net, cats, cols) for j in range(num_datasets)]
