@@ -3,13 +3,22 @@
 from .cgm import CollectiveGraphicalModel
 from .constraints import count_tables, scaled_marginal_polytope
 from .mrf import MarkovRandomField
-from .noise import GaussianNoise, LaplaceNoise
+from .noise import (
+    DiscreteGaussianNoise,
+    DiscreteLaplaceNoise,
+    GaussianNoise,
+    LaplaceNoise,
+    noise_model,
+)
 
 __all__ = [
     "CollectiveGraphicalModel",
+    "DiscreteGaussianNoise",
+    "DiscreteLaplaceNoise",
     "GaussianNoise",
     "LaplaceNoise",
     "MarkovRandomField",
     "count_tables",
+    "noise_model",
     "scaled_marginal_polytope",
 ]
