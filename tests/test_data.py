@@ -8,7 +8,7 @@ import pytest
 from conftest import SHARED_DATA
 
 from numpyro_dpgm import Dataset, Domain, count, load_demo
-from numpyro_dpgm.data import records_to_array
+from numpyro_dpgm.data import count_file, count_spark, records_to_array
 
 DOMAIN = Domain({"a": 2, "b": 3, "c": 4, "d": 1})
 CLIQUES = [("c", "a"), ("b",), ("a", "b", "c"), ("d", "b")]
@@ -194,3 +194,126 @@ def test_load_demo_matches_the_shared_csv() -> None:
     np.testing.assert_array_equal(t, manual)
     with pytest.raises(ValueError, match="unknown demo data set 'iris'"):
         load_demo("iris")
+
+
+# ------------------------------------------------------------------------------------------------
+# DuckDB (files, out of core) and Spark back ends: tables identical to numpy's
+# ------------------------------------------------------------------------------------------------
+ADULT_CLIQUES = [("age", "income>50K"), ("sex",), ("income>50K", "sex", "race"),
+                 ("race", "sex"), ("education-num", "occupation")]
+TITANIC_CLIQUES = [("Survived", "Sex"), ("Age",), ("Fare", "Pclass", "Embarked"),
+                   ("Sex", "Survived")]
+
+
+def _shared(name: str) -> tuple[pd.DataFrame, Domain]:
+    csv, dom = SHARED_DATA / f"{name}.csv", SHARED_DATA / f"{name}-domain.json"
+    if not (csv.exists() and dom.exists()):
+        pytest.skip(f"shared {name} data not available")
+    return pd.read_csv(csv), Domain.from_json(dom)
+
+
+def _assert_equal_tables(result: object, expected: object, cliques: list) -> None:
+    assert list(result) == list(cliques)
+    for c in cliques:
+        assert result[c].dtype == np.float64
+        np.testing.assert_array_equal(result[c], expected[c])
+
+
+@pytest.mark.parametrize("name,cliques", [("adult", ADULT_CLIQUES), ("titanic", TITANIC_CLIQUES)])
+def test_duckdb_file_counts_equal_numpy(tmp_path, name: str, cliques: list) -> None:
+    df, domain = _shared(name)
+    expected = count(df, cliques, domain)
+    _assert_equal_tables(count_file(SHARED_DATA / f"{name}.csv", cliques, domain), expected,
+                         cliques)
+    parquet = tmp_path / f"{name}.parquet"
+    df.to_parquet(parquet)
+    _assert_equal_tables(count(str(parquet), cliques, domain), expected, cliques)
+    _assert_equal_tables(count(parquet, cliques, dict(domain)), expected, cliques)
+
+
+def test_duckdb_weights_floats_and_globs(tmp_path) -> None:
+    x = _records(400, 7)
+    w = np.random.default_rng(8).uniform(0, 2, 400)
+    df = pd.DataFrame(x, columns=list(DOMAIN)).assign(w=w)
+    df[["a", "b", "c", "d"]] = df[["a", "b", "c", "d"]].astype(float)  # integral floats
+    df.iloc[:200].to_parquet(tmp_path / "part-0.parquet")
+    df.iloc[200:].to_parquet(tmp_path / "part-1.parquet")
+    tables = count_file(tmp_path / "part-*.parquet", CLIQUES, DOMAIN, weights="w",
+                        format="parquet")
+    expected = _manual(x, CLIQUES, DOMAIN, w)
+    for c in CLIQUES:
+        np.testing.assert_allclose(tables[c], expected[c], rtol=1e-12)
+    df.to_csv(tmp_path / "x.csv", index=False)
+    _assert_equal_tables(count_file(tmp_path / "x.csv", CLIQUES, DOMAIN, threads=1,
+                                    memory_limit="256MB"), _manual(x, CLIQUES, DOMAIN), CLIQUES)
+
+
+def _bad_frames() -> list[tuple[pd.DataFrame, type, str]]:
+    """Records with one bad column each, and the error the SQL back ends must raise."""
+    base = pd.DataFrame(_records(30, 9), columns=list(DOMAIN)).astype(float)
+    cases = []
+    for row, attr, value, err, msg in [
+        (3, "c", 4, ValueError, r"column 'c' has 1 code\(s\) outside 0..3 \(min 4, max 4\)"),
+        (5, "b", -1, ValueError, r"column 'b' has 1 code\(s\) outside 0..2 \(min -1"),
+        (2, "a", np.nan, ValueError, r"column 'a' has 1 missing or non-finite value\(s\)"),
+        (9, "c", np.inf, ValueError, "column 'c' has 1 missing or non-finite"),
+        (4, "b", 1.5, ValueError, "column 'b' has non-integer value 1.5"),
+    ]:
+        bad = base.copy()
+        bad.loc[row, attr] = value
+        cases.append((bad, err, msg))
+    cases.append((base.assign(a=["x"] * 30), TypeError, "column 'a' has type"))
+    cases.append((base.drop(columns="b"), KeyError, "no column 'b'"))
+    return cases
+
+
+def test_duckdb_invalid_codes_name_the_column(tmp_path) -> None:
+    for k, (bad, err, msg) in enumerate(_bad_frames()):
+        path = tmp_path / f"bad{k}.parquet"
+        bad.to_parquet(path)
+        with pytest.raises(err, match=msg):
+            count_file(path, CLIQUES, DOMAIN)
+    ok = tmp_path / "ok.csv"
+    pd.DataFrame(_records(10), columns=list(DOMAIN)).assign(w=-1.0).to_csv(ok, index=False)
+    with pytest.raises(ValueError, match="weight column 'w' has 10 negative"):
+        count_file(ok, CLIQUES, DOMAIN, weights="w")
+    with pytest.raises(TypeError, match="must name a column"):
+        count_file(ok, CLIQUES, DOMAIN, weights=np.ones(10))
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        count_file(tmp_path / "missing.csv", CLIQUES, DOMAIN)
+    with pytest.raises(ValueError, match="cannot tell the format"):
+        count_file(tmp_path / "x.json", CLIQUES, DOMAIN)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """One local Spark session for this module (start-up takes tens of seconds)."""
+    pyspark_sql = pytest.importorskip("pyspark.sql")
+    session = (pyspark_sql.SparkSession.builder.master("local[1]").appName("numpyro_dpgm-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "1")
+               .config("spark.driver.memory", "512m").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def test_spark_counts_equal_numpy(spark) -> None:
+    """Titanic in full and 3,000 Adult records (with a weight column): tables as numpy's."""
+    df, domain = _shared("titanic")
+    _assert_equal_tables(count(spark.createDataFrame(df), TITANIC_CLIQUES, domain),
+                         count(df, TITANIC_CLIQUES, domain), TITANIC_CLIQUES)
+    adult, domain = _shared("adult")
+    adult = adult.iloc[:3000].assign(w=np.random.default_rng(0).uniform(0, 1, 3000))
+    tables = count_spark(spark.createDataFrame(adult), ADULT_CLIQUES, domain, weights="w")
+    expected = count(adult, ADULT_CLIQUES, domain, weights=adult["w"].to_numpy())
+    for c in ADULT_CLIQUES:
+        np.testing.assert_allclose(tables[c], expected[c], rtol=1e-12)
+
+
+def test_spark_invalid_codes_name_the_column(spark) -> None:
+    for bad, err, msg in _bad_frames():
+        with pytest.raises(err, match=msg):
+            count(spark.createDataFrame(bad), CLIQUES, DOMAIN)
+    with pytest.raises(TypeError, match="expects a pyspark.sql.DataFrame"):
+        count_spark(_records(3), CLIQUES, DOMAIN)
