@@ -1,12 +1,29 @@
-"""The ``dpgm`` command line."""
+"""The ``dpgm`` command line.
+
+``dpgm demo`` and ``dpgm reproduce`` run the bundled demo and the papers' reproductions. The
+private-data workflow is three commands, each reading the previous one's file:
+
+``dpgm release`` (records → measurements file), ``dpgm fit`` (measurements → model file),
+``dpgm synth`` (model → synthetic CSV/Parquet); ``dpgm bench`` runs the benchmarks of a
+source checkout. Bad input ends with a one-line ``error: ...`` on stderr, exit code 2, and no
+file written. File formats: :mod:`numpyro_dpgm.io`.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 app = typer.Typer(
@@ -15,12 +32,45 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+
+#: Exit code of every input error.
+INPUT_ERROR = 2
 
 
 def _enable_x64() -> None:
     import numpyro
 
     numpyro.enable_x64()
+
+
+def _fail(message: str) -> NoReturn:
+    """One line on stderr, exit code 2."""
+    line = " ".join(str(message).split())
+    err_console.print(f"[red]error:[/red] {line}", markup=True, highlight=False)
+    raise typer.Exit(INPUT_ERROR)
+
+
+def _warn(message: str) -> None:
+    err_console.print(f"[yellow]warning:[/yellow] {message}", markup=True, highlight=False)
+
+
+def _message(err: BaseException) -> str:
+    if isinstance(err, KeyError) and err.args:
+        return str(err.args[0])
+    return str(err) or type(err).__name__
+
+
+@contextmanager
+def _input_errors() -> Iterator[None]:
+    """Turn the library's input errors into one-line errors with exit code 2."""
+    from .privacy.accounting import BudgetExceededError
+
+    try:
+        yield
+    except (ValueError, TypeError, KeyError, FileNotFoundError, IsADirectoryError,
+            BudgetExceededError) as err:
+        _fail(_message(err))
 
 
 @app.callback()
@@ -41,8 +91,7 @@ def demo(
 ) -> None:
     """Release noisy Adult marginals, fit three estimators, report errors, write plots."""
     if epsilon <= 0:
-        console.print(f"[red]error:[/red] --epsilon must be positive, got {epsilon}")
-        raise typer.Exit(2)
+        _fail(f"--epsilon must be positive, got {epsilon}")
     _enable_x64()
     from .experiments.demo import run_demo
 
@@ -85,15 +134,385 @@ def reproduce(
     import importlib
 
     if experiment not in EXPERIMENTS:
-        console.print(f"[red]error:[/red] unknown experiment {experiment!r}; "
-                      f"choose one of {sorted(EXPERIMENTS)}")
-        raise typer.Exit(2)
+        _fail(f"unknown experiment {experiment!r}; choose one of {sorted(EXPERIMENTS)}")
     module = importlib.import_module(f".experiments.{experiment}", __package__)
     _enable_x64()
     out = out or Path("outputs/reproduce") / experiment
     with console.status(f"reproducing {experiment}{' (quick)' if quick else ''}"):
         written = module.run(out, quick=quick)
     console.print(f"wrote {out}" if written is None else f"wrote {written}")
+
+
+
+# ------------------------------------------------------------------------------------------------
+# release
+# ------------------------------------------------------------------------------------------------
+def _read_table(path: Path) -> Any:
+    import pandas as pd
+
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {path} does not exist")
+    name = path.name.lower()
+    if name.endswith((".parquet", ".pq")):
+        return pd.read_parquet(path)
+    if name.endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.zip", ".csv.xz")):
+        try:
+            return pd.read_csv(path)
+        except (pd.errors.ParserError, UnicodeDecodeError) as err:
+            raise ValueError(f"cannot read {path} as CSV: {err}") from None
+    raise ValueError(f"data file {path}: expected a .csv (optionally compressed) or .parquet file")
+
+
+def _write_table(frame: Any, path: Path) -> None:
+    name = path.name.lower()
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        if name.endswith((".parquet", ".pq")):
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _check_output(path: Path, suffixes: tuple[str, ...] | None = None) -> None:
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: folder {parent} does not exist")
+    if path.is_dir():
+        raise IsADirectoryError(f"cannot write {path}: it is a folder")
+    if suffixes is not None and not path.name.lower().endswith(suffixes):
+        raise ValueError(f"output {path}: expected a file name ending in {' or '.join(suffixes)}")
+
+
+def _parse_cliques(specs: list[str], cliques_file: Path | None) -> list[tuple[str, ...]]:
+    items = list(specs)
+    if cliques_file is not None:
+        import json
+
+        if not cliques_file.is_file():
+            raise FileNotFoundError(f"cliques file {cliques_file} does not exist")
+        text = cliques_file.read_text()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = [line for line in text.splitlines() if line.strip()
+                    and not line.lstrip().startswith("#")]
+        if not isinstance(data, list):
+            raise ValueError(f"cliques file {cliques_file}: expected a JSON list of lists of "
+                             "attribute names, or one comma-separated clique per line")
+        items += [",".join(map(str, c)) if isinstance(c, list) else str(c) for c in data]
+    if not items:
+        raise ValueError("no cliques: name the tables to release with --clique A,B (repeatable) "
+                         "or --cliques FILE")
+    out = []
+    for spec in items:
+        clique = tuple(a.strip() for a in spec.split(","))
+        if any(not a for a in clique):
+            raise ValueError(f"clique {spec!r} has an empty attribute name; write --clique A,B")
+        out.append(clique)
+    return out
+
+
+def _budget(mechanism: str, epsilon: float, delta: float | None) -> Any:
+    from .privacy.accounting import ApproxDP, PureDP
+
+    if not epsilon > 0:
+        raise ValueError(f"--epsilon must be positive, got {epsilon}")
+    if mechanism in ("laplace", "discrete_laplace"):
+        if delta is not None:
+            raise ValueError(f"the {mechanism} mechanism is pure ε-DP: drop --delta, or use "
+                             "--mechanism gaussian / discrete_gaussian for an (ε, δ) budget")
+        return PureDP(epsilon)
+    if delta is None:
+        raise ValueError(f"the {mechanism} mechanism needs --delta (an (ε, δ) budget, e.g. "
+                         "--delta 1e-6)")
+    return ApproxDP(epsilon, delta)
+
+
+def _ledger_for(ledger_path: Path | None, total_budget: float | None, delta: float | None,
+                spend: Any) -> tuple[Any, bool]:
+    """The ledger to debit and whether it came from (and goes back to) ``ledger_path``."""
+    from .io import load_ledger
+    from .privacy.accounting import ApproxDP, PrivacyLedger, PureDP
+
+    if ledger_path is None:
+        if total_budget is not None:
+            raise ValueError("--budget sets the total of a new --ledger file; give --ledger too")
+        return PrivacyLedger(spend), False
+    if ledger_path.exists():
+        if total_budget is not None:
+            raise ValueError(f"ledger {ledger_path} exists and has its total budget; drop "
+                             "--budget (or use a new ledger file)")
+        return load_ledger(ledger_path), True
+    if total_budget is None:
+        raise ValueError(f"ledger {ledger_path} does not exist; create it by giving its total "
+                         "budget with --budget EPSILON")
+    if not total_budget > 0:
+        raise ValueError(f"--budget must be positive, got {total_budget}")
+    total = PureDP(total_budget) if delta is None else ApproxDP(total_budget, delta)
+    return PrivacyLedger(total), True
+
+
+@app.command()
+def release(
+    data: Annotated[Path, typer.Argument(help="records: a CSV (.csv, .csv.gz) or Parquet file")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="measurements file to write (JSON)")],
+    epsilon: Annotated[float, typer.Option(help="privacy budget ε spent by this release")],
+    clique: Annotated[list[str] | None, typer.Option(
+        help="a table to release, attributes separated by commas (repeat: --clique Age,Sex "
+             "--clique Pclass,Survived)")] = None,
+    cliques: Annotated[Path | None, typer.Option(
+        help="file of cliques: a JSON list of lists, or one comma-separated clique per line")
+    ] = None,
+    domain: Annotated[Path | None, typer.Option(
+        help='domain JSON {"attr": size or [labels], ...}; without it the domain is inferred '
+             "from the data, which discloses it")] = None,
+    delta: Annotated[float | None, typer.Option(
+        help="δ of an (ε, δ) budget (Gaussian mechanisms)")] = None,
+    mechanism: Annotated[str, typer.Option(
+        help="laplace, discrete_laplace, gaussian or discrete_gaussian")] = "laplace",
+    neighbours: Annotated[str, typer.Option(
+        help="add_remove (N stays private) or replace_one (N is public)")] = "add_remove",
+    ledger: Annotated[Path | None, typer.Option(
+        help="privacy ledger file, debited by this release; refuses to overspend")] = None,
+    budget: Annotated[float | None, typer.Option(
+        help="total ε of a new --ledger file (with --delta: an (ε, δ) total)")] = None,
+    seed: Annotated[int | None, typer.Option(
+        help="SIMULATION: draw the noise with the seeded JAX sampler (not for real releases; "
+             "default: OpenDP's vetted sampler)")] = None,
+) -> None:
+    """Release noisy clique tables of a CSV/Parquet file: writes a measurements file.
+
+    Real releases draw the noise with OpenDP's samplers; the ledger (if given) is debited
+    before any noise is drawn and is written back only after the measurements file.
+    """
+    from .encoding import encode, read_domain
+    from .io import save_ledger, save_measurements
+    from .privacy import release as private_release
+    from .privacy import simulate_release
+
+    with _input_errors():
+        spend = _budget(mechanism, epsilon, delta)
+        clique_list = _parse_cliques(clique or [], cliques)
+        _check_output(out)
+        if ledger is not None:
+            _check_output(ledger)
+        book, keep_ledger = _ledger_for(ledger, budget, delta, spend)
+        frame = _read_table(data)
+        if domain is None:
+            _warn("no --domain: inferring the domain from the private data discloses which "
+                  "values occur (not covered by ε); pass --domain for a private release")
+            attrs = list(dict.fromkeys(a for c in clique_list for a in c))
+            encoded = encode(frame, columns=attrs)
+        else:
+            dom, labels = read_domain(domain)
+            encoded = encode(frame, dom, categories=labels)
+        if seed is None:
+            meas = private_release(encoded.codes, clique_list, spend, domain=encoded.domain,
+                                   mechanism=mechanism, neighbours=neighbours, ledger=book)
+            sampler = "OpenDP (vetted sampler)"
+        else:
+            import jax
+
+            meas = simulate_release(encoded.codes, clique_list, spend, jax.random.key(seed),
+                                    domain=encoded.domain, mechanism=mechanism,
+                                    neighbours=neighbours, ledger=book)
+            sampler = f"SIMULATION: seeded JAX sampler, seed {seed}; not a real release"
+        total = float(len(frame)) if neighbours in ("replace_one", "replace") else None
+        save_measurements(out, meas, encoded.domain, categories=_labelled(encoded),
+                          total=total, ledger=book)
+        if keep_ledger:
+            save_ledger(ledger, book)
+    m0 = meas[0].noise
+    scale = getattr(m0, "scale", None) or getattr(m0, "sigma", None)
+    console.print(f"released {len(meas)} tables of {len(frame)} records with {mechanism} noise "
+                  f"({type(m0).__name__} {scale:.6g}) at {spend}; sampler: {sampler}",
+                  soft_wrap=True, highlight=False)
+    console.print(f"ledger: spent {_fmt(book.spent)} of {_fmt(book.budget)} "
+                  f"({book.currency}), remaining {_fmt(book.remaining)}"
+                  + (f"; updated {ledger}" if keep_ledger else ""), soft_wrap=True,
+                  highlight=False)
+    console.print(f"wrote {out}", soft_wrap=True, highlight=False)
+
+
+def _labelled(encoded: Any) -> dict[str, list[Any]]:
+    """Categories worth storing: attributes whose labels are not just their codes."""
+    return {a: v for a, v in encoded.categories.items() if v != list(range(len(v)))}
+
+
+def _fmt(amount: Any) -> str:
+    if isinstance(amount, tuple):
+        return "(" + ", ".join(f"{a:.6g}" for a in amount) + ")"
+    return f"{amount:.6g}"
+
+
+
+# ------------------------------------------------------------------------------------------------
+# fit
+# ------------------------------------------------------------------------------------------------
+METHODS = ("naive", "cgm-em", "prox-pgm")
+
+
+def _file_sha256(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@contextmanager
+def _progress(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar (a spinner when ``total`` is None); yields ``advance_to(i)``."""
+    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
+               + ("" if total is None else f"/{total}")), TimeElapsedColumn()]
+    with Progress(*columns, console=err_console, transient=True) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda i: progress.update(task, completed=i)
+
+
+@app.command()
+def fit(
+    measurements: Annotated[Path, typer.Argument(help="measurements file from `dpgm release`")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="model file to write (JSON)")],
+    method: Annotated[str, typer.Option(help="naive, cgm-em or prox-pgm")] = "cgm-em",
+    iters: Annotated[int | None, typer.Option(
+        help="iterations: EM iterations for cgm-em (default 10; a regulariser), mirror-descent "
+             "iterations for prox-pgm (default 1000); unused by naive")] = None,
+    total: Annotated[float | None, typer.Option(
+        help="number of records N if public (default: the file's, else estimated from the "
+             "noisy tables, which costs no privacy)")] = None,
+) -> None:
+    """Fit a graphical model over the released cliques: writes a model file."""
+    from .io import load_measurements, save_model
+    from .measurements import estimate_total
+    from .network import MarkovNetwork
+
+    with _input_errors():
+        if method not in METHODS:
+            raise ValueError(f"unknown --method {method!r}; choose one of {list(METHODS)}")
+        if iters is not None and iters < 1:
+            raise ValueError(f"--iters must be at least 1, got {iters}")
+        if total is not None and not total > 0:
+            raise ValueError(f"--total must be positive, got {total}")
+        _check_output(out)
+        saved = load_measurements(measurements)
+        cliques = list(dict.fromkeys(m.clique for m in saved.measurements))
+        if not cliques:
+            raise ValueError(f"{measurements} holds no measurements")
+        measured = [a for a in saved.domain.attrs if any(a in c for c in cliques)]
+        network = MarkovNetwork(saved.domain.project(measured), cliques)
+        unmeasured = [a for a in saved.domain.attrs if a not in measured]
+        n_source = "given" if total is not None else ("public" if saved.total else "estimated")
+        n = total or saved.total or float(estimate_total(saved.measurements))
+        _enable_x64()
+        t0 = time.perf_counter()
+        result, options = _run_fit(method, saved.measurements, network, n, iters)
+        elapsed = time.perf_counter() - t0
+        provenance = {
+            "estimator": {"naive": "naive_mle", "cgm-em": "cgm_em", "prox-pgm": "prox_pgm"}[
+                method],
+            "options": options,
+            "total": n,
+            "total_source": n_source,
+            "measurements_file": str(measurements),
+            "measurements_sha256": _file_sha256(measurements),
+            "privacy": None if saved.ledger is None else saved.ledger.guarantee(),
+        }
+        categories = {a: v for a, v in saved.categories.items() if a in measured}
+        save_model(out, result, categories=categories, total=n, provenance=provenance)
+    console.print(f"fitted {method} on {len(saved.measurements)} tables "
+                  f"({network.num_params} parameters, N = {n:.6g} {n_source}): "
+                  f"{result.iterations} iterations, "
+                  f"{'converged' if result.converged else 'iteration limit reached'}, "
+                  f"{elapsed:.2f} s", soft_wrap=True, highlight=False)
+    if unmeasured:
+        console.print(f"attributes in no released table are not modelled: {unmeasured}",
+                      soft_wrap=True, highlight=False)
+    console.print(f"wrote {out}", soft_wrap=True, highlight=False)
+
+
+def _run_fit(method: str, measurements: list[Any], network: Any, total: float,
+             iters: int | None) -> tuple[Any, dict[str, Any]]:
+    if method == "naive":
+        from .estimation.naive import naive_mle
+
+        with console.status("fitting the naive MLE"):
+            return naive_mle(measurements, network, total), {}
+    if method == "cgm-em":
+        from .estimation.cgm_em import cgm_em
+
+        options = {"max_em_iters": iters or 10}
+        with console.status(f"fitting CGM-EM ({options['max_em_iters']} EM iterations)"):
+            return cgm_em(measurements, network, total, **options), options
+    from .estimation.prox_pgm import prox_pgm
+
+    options = {"iters": iters or 1000}
+    every = max(1, options["iters"] // 100)
+    with _progress("Prox-PGM", options["iters"]) as advance:
+        result = prox_pgm(measurements, network, total_count=total, iters=options["iters"],
+                          callback=lambda i, _loss: advance(int(i)), callback_every=every)
+    return result, options
+
+
+# ------------------------------------------------------------------------------------------------
+# synth
+# ------------------------------------------------------------------------------------------------
+@app.command()
+def synth(
+    model: Annotated[Path, typer.Argument(help="model file from `dpgm fit`")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="synthetic data: .csv or .parquet")],
+    records: Annotated[int | None, typer.Option(
+        help="number of records (default: N of the fit)")] = None,
+    seed: Annotated[int | None, typer.Option(
+        help="seed of the record sampler (default: a fresh random seed, printed)")] = None,
+) -> None:
+    """Draw synthetic records from a fitted model, with the original column names and labels."""
+    from .io import load_model
+    from .synthesis import synthesize
+
+    with _input_errors():
+        if records is not None and records < 1:
+            raise ValueError(f"--records must be a positive integer, got {records}")
+        _check_output(out, (".csv", ".csv.gz", ".parquet", ".pq"))
+        _enable_x64()
+        saved = load_model(model)
+        num = records if records is not None else (int(round(saved.total)) if saved.total
+                                                    else None)
+        if num is None:
+            raise ValueError(f"{model} does not record how many records the data had; give "
+                             "--records")
+        if seed is None:
+            seed = int.from_bytes(os.urandom(4), "little")
+        with console.status(f"sampling {num} records"):
+            frame = synthesize(saved.model, num, rng=seed, categories=saved.categories)
+            _write_table(frame, out)
+    console.print(f"sampled {num} records of {frame.shape[1]} columns (seed {seed})",
+                  highlight=False)
+    console.print(f"wrote {out}", soft_wrap=True, highlight=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# bench
+# ------------------------------------------------------------------------------------------------
+def _source_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Argument(
+        help="benchmark name (none: all of them); further options go to the benchmark")] = None,
+) -> None:
+    """Run the benchmarks of a source checkout (``python -m benchmarks``)."""
+    root = _source_root()
+    if not (root / "benchmarks" / "__main__.py").is_file():
+        _fail(f"dpgm bench runs the benchmarks/ folder of a source checkout, and there is none "
+              f"beside the installed package ({root}); clone the repository and run it there")
+    args = ([name] if name else []) + list(ctx.args)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+    code = subprocess.call([sys.executable, "-m", "benchmarks", *args], cwd=root, env=env)
+    raise typer.Exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover
