@@ -33,6 +33,16 @@ Every such result is checked; if one is smaller (potentials spanning hundreds of
 ``-inf`` structural zeros) the call is answered by the log-space calibration instead: eagerly
 when the arguments are concrete, through ``lax.cond`` when traced.
 
+Memory cap: the oracle refuses (:class:`CliqueTooLargeError`, before anything is allocated or
+compiled) a junction tree any of whose cliques would hold more than a cap of bytes as a float64
+table; the error names the clique, its cells and bytes, and points to the approximate oracle
+(``prox_pgm(..., oracle="convex_gbp")``, region graphs of the network's own cliques). The cap
+is :data:`DEFAULT_MAX_CLIQUE_BYTES` (1 GiB, 134,217,728 cells), overridden by the environment
+variable ``NUMPYRO_DPGM_MAX_CLIQUE_BYTES`` (bytes, read at each check) or, within a block, by
+:func:`clique_memory_cap`; :func:`check_memory` applies it to a tree (with an explicit cap as an
+argument). Building a tree (:func:`build_junction_tree`, e.g. to measure its size) is never
+refused.
+
 Out-of-model marginals (attribute sets no clique holds) come from the calibrated tree without
 re-triangulating: over the smallest subtree of cliques that covers the query
 (:meth:`JunctionTree.covering_subtree`), with top clique ``r``, the joint of its attributes is
@@ -52,9 +62,12 @@ and method) and :func:`marginal` finishes on the host.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -71,6 +84,12 @@ from ..network import MarkovNetwork
 from ..tables import CliqueTables, project_table
 
 __all__ = [
+    "DEFAULT_MAX_CLIQUE_BYTES",
+    "MAX_CLIQUE_BYTES_ENV",
+    "CliqueTooLargeError",
+    "check_memory",
+    "clique_memory_cap",
+    "max_clique_bytes",
     "JunctionTree",
     "Calibrated",
     "TreeMarginals",
@@ -195,6 +214,95 @@ class JunctionTree:
         """Axes of clique ``i`` to sum out to keep ``attrs``."""
         s = set(attrs)
         return tuple(k for k, a in enumerate(self.cliques[i]) if a not in s)
+
+
+# ------------------------------------------------------------------------------------------------
+# Memory cap
+# ------------------------------------------------------------------------------------------------
+#: Default cap on one junction-tree clique table: 1 GiB, i.e. 134,217,728 float64 cells.
+DEFAULT_MAX_CLIQUE_BYTES = 2**30
+#: Environment variable that overrides the default cap (an integer number of bytes).
+MAX_CLIQUE_BYTES_ENV = "NUMPYRO_DPGM_MAX_CLIQUE_BYTES"
+_CAP_OVERRIDE: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "numpyro_dpgm_max_clique_bytes", default=None)
+_ITEMSIZE = 8  # float64
+
+
+class CliqueTooLargeError(MemoryError):
+    """A junction-tree clique would exceed the exact oracle's memory cap."""
+
+
+def _positive_bytes(value: Any, where: str) -> int:
+    """``value`` as a positive int (an int, or a string of digits as from the environment)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool | float | str) or not hasattr(value, "__index__") or value <= 0:
+        raise ValueError(f"{where} must be a positive integer number of bytes, got {value!r}")
+    return int(value)
+
+
+def max_clique_bytes() -> int:
+    """The cap in force: :func:`clique_memory_cap`'s, else the environment's, else the default.
+
+    Returns
+    -------
+    int
+        Bytes one junction-tree clique table (float64) may take.
+    """
+    override = _CAP_OVERRIDE.get()
+    if override is not None:
+        return override
+    env = os.environ.get(MAX_CLIQUE_BYTES_ENV)
+    if env is not None and env.strip():
+        return _positive_bytes(env.strip(), f"${MAX_CLIQUE_BYTES_ENV}")
+    return DEFAULT_MAX_CLIQUE_BYTES
+
+
+@contextlib.contextmanager
+def clique_memory_cap(max_bytes: int) -> Iterator[int]:
+    """Within the block, the exact oracle's cap is ``max_bytes`` (bytes per clique table).
+
+    Programs compiled before the block are not re-checked; the cap applies when a network's
+    oracle is first traced (or run eagerly) inside it.
+    """
+    token = _CAP_OVERRIDE.set(_positive_bytes(max_bytes, "max_bytes"))
+    try:
+        yield _CAP_OVERRIDE.get()
+    finally:
+        _CAP_OVERRIDE.reset(token)
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / 2**30:.3g} GiB"
+
+
+def check_memory(tree: JunctionTree, max_bytes: int | None = None) -> None:
+    """Refuse a junction tree whose largest clique table would exceed ``max_bytes``.
+
+    Parameters
+    ----------
+    tree : JunctionTree
+    max_bytes : int, optional
+        Bytes one float64 clique table may take; default :func:`max_clique_bytes`.
+
+    Raises
+    ------
+    CliqueTooLargeError
+        Naming the largest clique, its cells and bytes, the cap, and the approximate oracle.
+    """
+    cap = max_clique_bytes() if max_bytes is None else _positive_bytes(max_bytes, "max_bytes")
+    if not tree.cliques:
+        return
+    big = max(tree.cliques, key=tree.domain.size)
+    cells = tree.domain.size(big)
+    if cells * _ITEMSIZE > cap:
+        raise CliqueTooLargeError(
+            f"the junction tree has clique {big} with {cells:,} cells ({cells * _ITEMSIZE:,} "
+            f"bytes = {_gib(cells * _ITEMSIZE)} as float64), above the exact oracle's cap of "
+            f"{cap:,} bytes ({_gib(cap)}); use the approximate oracle, e.g. "
+            "prox_pgm(..., oracle='convex_gbp'), or raise the cap with "
+            f"${MAX_CLIQUE_BYTES_ENV} or junction_tree.clique_memory_cap(bytes)"
+        )
 
 
 def _elimination_cliques_min_size(graph: nx.Graph, domain: Domain) -> list[frozenset[str]]:
@@ -335,6 +443,7 @@ def clique_log_potentials(tree: JunctionTree, network: MarkovNetwork, theta: Arr
     list of arrays
         One log-potential table per junction-tree clique.
     """
+    check_memory(tree)
     tables = network.unflatten(theta)
     dtype = jnp.result_type(theta)
     psi = [jnp.zeros(tree.domain.shape_of(c), dtype=dtype) for c in tree.cliques]
@@ -840,6 +949,7 @@ def _factored_upward(network: MarkovNetwork, theta: Array, method: str) -> _Fact
     down to its separator (the shifts add up to the message's log-scale).
     """
     tree = network.junction_tree_for(method)
+    check_memory(tree)
     plan = _plan(network, method)
     domain = tree.domain
     tables = network.unflatten(theta)
@@ -994,7 +1104,13 @@ def log_partition(network: MarkovNetwork, theta: Array, method: str = "min_fill"
     scalar array
         Only the upward pass runs; ``jax.grad`` of it is the vector of marginals. Works under
         ``jit``, ``vmap`` and ``grad`` (see :func:`marginals` for the factored cliques).
+
+    Raises
+    ------
+    CliqueTooLargeError
+        If a junction-tree clique exceeds the memory cap (module notes).
     """
+    check_memory(network.junction_tree_for(method))
     if not any(_plan(network, method).factored):
         return _log_partition(network, theta, method)
     if _is_traced(theta):
@@ -1032,6 +1148,7 @@ def marginals(
     the rare case it fails the log-space program runs (compiled then); under ``jit``, ``vmap``
     or ``grad`` both are traced and ``lax.cond`` picks one (under ``vmap`` both run).
     """
+    check_memory(network.junction_tree_for(method))
     tables, _ = _network_program(network, theta, _as_total(total), method)
     # the tables come from the network's own layout: skip CliqueTables' input checks
     return CliqueTables.tree_unflatten(network.cliques, tables)
@@ -1070,6 +1187,7 @@ def marginal(
     """
     attrs = network.domain.check_clique(attrs)
     tree = network.junction_tree_for(method)
+    check_memory(tree)
     if _is_traced(theta):
         return query_marginal(tree, _tree_marginals(network, theta, method), attrs)
     tables, messages = _network_program(network, theta, 1.0, method)

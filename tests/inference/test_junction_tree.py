@@ -284,3 +284,54 @@ def test_sample_is_reproducible_and_keyed() -> None:
     b = jt.sample(ref.network, theta, jax.random.key(1), NUM_SAMPLES)
     c = jt.sample(ref.network, theta, jax.random.key(2), NUM_SAMPLES)
     assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+# ------------------------------------------------------------------------------------------------
+# Memory cap
+# ------------------------------------------------------------------------------------------------
+def test_memory_cap_refuses_large_cliques(monkeypatch) -> None:
+    """A clique above the cap is refused, naming it, its cells and bytes, and convex_gbp."""
+    monkeypatch.delenv(jt.MAX_CLIQUE_BYTES_ENV, raising=False)
+    assert jt.max_clique_bytes() == jt.DEFAULT_MAX_CLIQUE_BYTES == 2**30
+    # a 4-cycle of 1000-value attributes: triangulation makes cliques of 10^9 cells (8 GB)
+    domain = Domain({a: 1000 for a in "abcd"})
+    big = MarkovNetwork(domain, [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")])
+    tree = big.junction_tree  # building (and measuring) a tree is never refused
+    assert max(domain.size(c) for c in tree.cliques) == 10**9
+    theta = jnp.zeros(big.num_params)
+    for call in (lambda: jt.log_partition(big, theta), lambda: jt.marginals(big, theta),
+                 lambda: jt.marginal(big, theta, ("a", "c")),
+                 lambda: jt.sample(big, theta, jax.random.key(0), 2),
+                 lambda: jt.clique_log_potentials(tree, big, theta)):
+        with pytest.raises(jt.CliqueTooLargeError) as err:
+            call()
+        msg = str(err.value)
+        assert f"clique {max(tree.cliques, key=domain.size)} with" in msg
+        assert "1,000,000,000 cells (8,000,000,000 bytes" in msg
+        assert "cap of 1,073,741,824 bytes" in msg and "oracle='convex_gbp'" in msg
+    assert isinstance(err.value, MemoryError)
+
+    # the cap is overridable: argument, context, environment (read at each check)
+    small = MarkovNetwork(Domain({"a": 4, "b": 5, "c": 6}), [("a", "b"), ("b", "c")])
+    jt.check_memory(small.junction_tree)  # 30 cells: far below the default
+    with pytest.raises(jt.CliqueTooLargeError, match=r"30 cells \(240 bytes"):
+        jt.check_memory(small.junction_tree, max_bytes=239)
+    jt.check_memory(small.junction_tree, max_bytes=240)
+    with jt.clique_memory_cap(100):
+        assert jt.max_clique_bytes() == 100
+        with pytest.raises(jt.CliqueTooLargeError, match="cap of 100 bytes"):
+            jt.log_partition(small, jnp.zeros(small.num_params))
+    monkeypatch.setenv(jt.MAX_CLIQUE_BYTES_ENV, "200")
+    with pytest.raises(jt.CliqueTooLargeError, match="cap of 200 bytes"):
+        jt.marginals(small, jnp.zeros(small.num_params) + 0.5)
+    monkeypatch.setenv(jt.MAX_CLIQUE_BYTES_ENV, str(16 * 2**30))
+    assert jt.max_clique_bytes() == 16 * 2**30
+    assert float(jt.log_partition(small, jnp.zeros(small.num_params))) == pytest.approx(
+        np.log(120))
+    for bad in ("-5", "1e9", "lots"):
+        monkeypatch.setenv(jt.MAX_CLIQUE_BYTES_ENV, bad)
+        with pytest.raises(ValueError, match="NUMPYRO_DPGM_MAX_CLIQUE_BYTES must be a positive"):
+            jt.max_clique_bytes()
+    for bad in (0, -1, 1.5, True, "x"):
+        with pytest.raises(ValueError, match="max_bytes must be a positive integer"):
+            jt.check_memory(small.junction_tree, max_bytes=bad)
