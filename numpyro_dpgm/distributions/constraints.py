@@ -20,6 +20,7 @@ __all__ = [
     "count_tables",
     "decomposable_layout",
     "scaled_marginal_polytope",
+    "triangulated",
 ]
 
 
@@ -64,6 +65,24 @@ def decomposable_layout(network: MarkovNetwork) -> DecomposableLayout:
         if p >= 0:
             seps.append((tree_cliques[i], tree.separators[i]))
     return DecomposableLayout(covered, tree_cliques, tuple(seps))
+
+
+@functools.lru_cache(maxsize=128)
+def triangulated(network: MarkovNetwork) -> MarkovNetwork:
+    """The network itself if decomposable, else the network of its junction tree's cliques.
+
+    The latent count tables of a CGM on a network that is not decomposable live here: the tables
+    of the triangulation's (min-fill) junction-tree cliques, in that network's own layout. Every
+    clique of ``network`` lies inside one of them, so its table is a projection, and
+    ``embed_theta`` (:mod:`numpyro_dpgm.metrics`) re-expresses ``θ`` there without changing
+    ``p_θ``: the junction-tree cliques' tables are sufficient statistics of the larger family, so
+    the CGM of the triangulation is exact for them.
+    """
+    attrs = [a for a in network.domain.attrs if any(a in c for c in network.cliques)]
+    if MarkovNetwork(network.domain.project(attrs), network.cliques).is_decomposable:
+        return network
+    tree = network.junction_tree_for("min_fill")
+    return MarkovNetwork(network.domain, [c for c in tree.cliques if len(c) > 0])
 
 
 

@@ -59,7 +59,11 @@ from numpyro.infer.initialization import init_to_uniform
 
 from .._precision import warn_if_float32
 from ..distributions.cgm import CollectiveGraphicalModel
-from ..distributions.constraints import _ScaledMarginalPolytope, decomposable_layout
+from ..distributions.constraints import (
+    _ScaledMarginalPolytope,
+    decomposable_layout,
+    triangulated,
+)
 from ..distributions.noise import GaussianNoise, LaplaceNoise
 from ..domain import Clique
 from ..inference import junction_tree as jt
@@ -293,6 +297,7 @@ class NoisyMarginalsModel:
         theta: Array | None = None,
         relaxation: str = "lgamma",
         record_marginals: bool = True,
+        triangulate: bool = False,
     ):
         if not isinstance(network, MarkovNetwork):
             raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
@@ -304,7 +309,8 @@ class NoisyMarginalsModel:
         for k, m in enumerate(measurements):
             if not isinstance(m, Measurement):
                 raise TypeError(f"measurements[{k}] is a {type(m).__name__}, not a Measurement")
-        decomposable_layout(network)  # a clear error now rather than at the first draw
+        latent = triangulated(network) if triangulate else network
+        decomposable_layout(latent)  # a clear error now rather than at the first draw
         if relaxation not in ("lgamma", "stirling"):
             raise ValueError(f"relaxation must be 'lgamma' or 'stirling', got {relaxation!r}")
         total = _check_total(total_count)
@@ -320,7 +326,7 @@ class NoisyMarginalsModel:
         readouts, scales, labels = [], [], []
         for k, m in enumerate(measurements):
             clique = network.domain.check_clique(m.clique)
-            slot = _smallest_containing(network, clique)
+            slot = _smallest_containing(latent, clique)
             if slot is None:
                 raise ValueError(
                     f"measurement {k} of {clique} is not contained in any clique of the network "
@@ -344,6 +350,7 @@ class NoisyMarginalsModel:
         if len(set(answer_labels)) < len(answer_labels):  # a clique measured twice
             answer_labels = [f"m{k}:{lab}" for k, part in enumerate(labels) for lab in part]
         self.network = network
+        self.latent_network = latent
         self.measurements = measurements
         self.total_count = total
         self.relaxation = relaxation
@@ -372,6 +379,9 @@ class NoisyMarginalsModel:
         self.dims: dict[str, list[str]] = {
             "theta": ["cell"], "n": ["cell"], "y": ["answer"],
         }
+        if latent is not network:
+            self.coords["latent_cell"] = cell_labels(latent)[0]
+            self.dims["n"] = ["latent_cell"]
         if self.record_marginals:
             self.dims["mu"] = ["cell"]
         if theta is None:
@@ -381,16 +391,19 @@ class NoisyMarginalsModel:
 
     # -- model ---------------------------------------------------------------------------------
     def predict(self, n: Array) -> Array:
-        """The noise-free answers ``Q_k n_{C_k}`` of every measurement, concatenated."""
+        """The noise-free answers ``Q_k n_{C_k}`` of every measurement, concatenated.
+
+        ``n`` is in the layout of :attr:`latent_network`."""
         n = jnp.asarray(n)
         nb = n.ndim - 1
         names = tuple(f"__b{i}" for i in range(nb))
         batch = n.shape[:-1]
         parts = []
+        net = self.latent_network
         for r in self._readouts:
-            sl = self.network.slice_of(self.network.cliques[r.slot])
-            table = jnp.reshape(n[..., sl], batch + self.network.shapes[r.slot])
-            pred = project_table(table, names + self.network.cliques[r.slot], names + r.clique)
+            sl = net.slice_of(net.cliques[r.slot])
+            table = jnp.reshape(n[..., sl], batch + net.shapes[r.slot])
+            pred = project_table(table, names + net.cliques[r.slot], names + r.clique)
             pred = jnp.reshape(pred, batch + (-1,))
             if r.query is not None:
                 pred = pred @ jnp.asarray(r.query).T
@@ -430,16 +443,32 @@ class NoisyMarginalsModel:
             numpyro.deterministic("mu", mu_fn(theta))
         n = numpyro.sample(
             "n",
-            CollectiveGraphicalModel(net, theta, self.total_count, relaxed=True,
-                                     relaxation=self.relaxation),
+            CollectiveGraphicalModel(self.latent_network, self.latent_theta(theta),
+                                     self.total_count, relaxed=True, relaxation=self.relaxation),
         )
         noise = LaplaceNoise if self.noise_family == "laplace" else GaussianNoise
         numpyro.sample("y", noise(self.predict(n), jnp.asarray(self.noise_scales)), obs=obs)
 
+    def latent_theta(self, theta: Array) -> Array:
+        """``θ`` (network layout, any batch) re-expressed in :attr:`latent_network`'s layout."""
+        if self.latent_network is self.network:
+            return theta
+        net, latent = self.network, self.latent_network
+        tree = net.junction_tree_for("min_fill")  # the tree `triangulated` took its cliques from
+        index = {frozenset(c): i for i, c in enumerate(tree.cliques)}
+
+        def fn(t: Array) -> Array:
+            psi = jt.clique_log_potentials(tree, net, t)
+            return latent.flatten({c: psi[index[frozenset(c)]] for c in latent.cliques})
+
+        for _ in range(jnp.ndim(theta) - 1):
+            fn = jax.vmap(fn)
+        return fn(theta)
+
     # -- starting points -----------------------------------------------------------------------
     def uniform_point(self) -> dict[str, Array]:
         """``φ = 0`` (uniform record model) and uniform count tables ``N / |X_C|``."""
-        net = self.network
+        net = self.latent_network
         n = jnp.concatenate([jnp.full(s, self.total_count / s) for s in net.sizes])
         out = {"n": n}
         if self.theta is None:
@@ -457,7 +486,7 @@ class NoisyMarginalsModel:
         from ..estimation.cgm_em import MeasurementEvidence, cgm_em
         from ..inference.nlbp import nlbp_map
 
-        net = self.network
+        net, latent = self.network, self.latent_network
         if self.theta is None:
             try:
                 fit = cgm_em(self.measurements, net, self.total_count, **cgm_em_options)
@@ -468,11 +497,12 @@ class NoisyMarginalsModel:
                 fit = cgm_em(self.measurements, net, self.total_count, init="zeros",
                              **cgm_em_options)
             theta_hat = fit.model.theta
+            eta = self.latent_theta(theta_hat)
             return {"phi": self.coding.from_theta(theta_hat),
-                    "n": self.total_count * net.flatten(jt.marginals(net, theta_hat))}
-        evidence, data = MeasurementEvidence.build(net, self.measurements)
-        r = nlbp_map(net, self.theta, float(self.total_count), evidence, (data, 0.0),
-                     max_iters=int(cgm_em_options.get("inner_iters", 200)))
+                    "n": self.total_count * latent.flatten(jt.marginals(latent, eta))}
+        evidence, data = MeasurementEvidence.build(latent, self.measurements)
+        r = nlbp_map(latent, self.latent_theta(self.theta), float(self.total_count), evidence,
+                     (data, 0.0), max_iters=int(cgm_em_options.get("inner_iters", 200)))
         return {"n": r.n}
 
     def starting_point(self, init: str | Mapping[str, Array]) -> dict[str, Array]:
@@ -529,14 +559,15 @@ def noisy_marginals_model(
     theta: Array | None = None,
     relaxation: str = "lgamma",
     record_marginals: bool = True,
+    triangulate: bool = False,
 ) -> NoisyMarginalsModel:
     """A NumPyro model of a release of noisy clique tables, for NUTS, SVI and ArviZ.
 
     Parameters
     ----------
     network : MarkovNetwork
-        Decomposable (the relaxed CGM's bijection follows its junction tree). Every measured
-        clique must lie inside one of its cliques.
+        Decomposable, or any network with ``triangulate=True`` (the relaxed CGM's bijection
+        follows a junction tree). Every measured clique must lie inside one of its cliques.
     measurements : sequence of Measurement
         The release (e.g. from :func:`numpyro_dpgm.privacy.release`). Laplace-type noise
         (``Laplace``, ``DiscreteLaplace``) or Gaussian-type noise (``Gaussian``,
@@ -556,6 +587,12 @@ def noisy_marginals_model(
         the one to use with ``θ`` inferred.
     record_marginals : bool
         Record the deterministic site ``mu = μ(θ)``.
+    triangulate : bool
+        On a network that is not decomposable, put the latent site ``n`` on the tables of its
+        triangulation's junction-tree cliques (:func:`~numpyro_dpgm.distributions.constraints.\
+triangulated`, layout :attr:`NoisyMarginalsModel.latent_network`, dims ``("latent_cell",)``);
+        the measured tables are their projections and ``θ``, ``φ``, ``mu`` stay in the network's
+        layout. ``False`` (default) raises on such a network.
 
     Returns
     -------
@@ -569,7 +606,7 @@ def noisy_marginals_model(
     """
     return NoisyMarginalsModel(network, measurements, total_count, prior_scale=prior_scale,
                                theta=theta, relaxation=relaxation,
-                               record_marginals=record_marginals)
+                               record_marginals=record_marginals, triangulate=triangulate)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -18,6 +19,8 @@ from ..inference import junction_tree as jt
 from .handlers import _join, nlbp, split_static
 
 __all__ = ["EM", "EMResult"]
+
+_M_STEPS: dict = {}  # compiled general M-steps, by model and argument structure
 
 
 class EMResult(NamedTuple):
@@ -53,11 +56,18 @@ class EMResult(NamedTuple):
 class EM:
     """Expectation-maximisation for a NumPyro model whose latent site is a CGM.
 
-    E-step: the :class:`~numpyro_dpgm.infer.handlers.nlbp` handler replaces the latent site by
-    the approximate MAP of ``p(n | y; θ_t)``. M-step: maximise the complete-data log-likelihood
+    E-step (``estep="nlbp"``, default): the :class:`~numpyro_dpgm.infer.handlers.nlbp` handler
+    replaces the latent site by the approximate MAP of ``p(n | y; θ_t)``. ``estep="variational"``
+    puts the mean ``E_q[n]`` of a guide fitted by SVI there instead
+    (:class:`~numpyro_dpgm.estimation.variational_em.VariationalEStep`), ``estep="mcmc"`` the
+    mean of NUTS draws of ``n`` given ``θ_t`` (Monte-Carlo EM,
+    :class:`~numpyro_dpgm.estimation.mcem.MCMCEStep`); both need a relaxed CGM site and run
+    with the params fixed, warm-started from the previous E-step. M-step: maximise the
+    complete-data log-likelihood
     ``θ·n̂ − N·A(θ)`` (plus the observed sites' log densities) over the ``numpyro.param`` sites.
-    When the CGM's ``theta`` is itself a param site and NLBP runs in natural space, the maximiser
-    is NLBP's ``η̂`` (moment matching, no optimisation); otherwise (e.g. tied parameters,
+    When the CGM's ``theta`` is itself a param site, the maximiser is moment matching: NLBP's
+    ``η̂`` in natural space (no optimisation), or :func:`~numpyro_dpgm.estimation.cgm_em.m_step`
+    on the mean of the other E-steps; otherwise (e.g. tied parameters,
     ``theta = f(params)``) L-BFGS from ``optax`` solves it in the params' unconstrained space.
 
     Parameters
@@ -77,6 +87,11 @@ class EM:
         NLBP options.
     lbfgs_iters : int
         Iterations of the general M-step.
+    estep : {"nlbp", "variational", "mcmc"}
+        The E-step (see above).
+    estep_options : dict, optional
+        Options of the variational or Monte-Carlo E-step (keyword arguments of
+        ``VariationalEStep`` / ``MCMCEStep``).
 
     Examples
     --------
@@ -107,9 +122,16 @@ class EM:
         damping: Any = None,
         smoothing: float | None = None,
         lbfgs_iters: int = 200,
+        estep: str = "nlbp",
+        estep_options: dict | None = None,
     ):
         if max_iters < 1 or inner_iters < 1:
             raise ValueError("max_iters and inner_iters must be at least 1")
+        if estep not in ("nlbp", "variational", "mcmc"):
+            raise ValueError(f"estep must be 'nlbp', 'variational' or 'mcmc', got {estep!r}")
+        self.estep = estep
+        self.estep_options = dict(estep_options or {})
+        self._engine: Any = None
         self.model = model
         self.latent = latent
         self.max_iters = max_iters
@@ -120,12 +142,40 @@ class EM:
 
     # -- E-step ----------------------------------------------------------------------------------
     def _e_step(self, key: Any, params: dict, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        if self.estep != "nlbp":
+            return self._mean_e_step(key, params, args, kwargs)
         handler = nlbp(self.model, latent=self.latent, **self.nlbp_options)
         wrapped = handlers.substitute(handlers.seed(handler, key), data=params)
         tr = handlers.trace(wrapped).get_trace(*args, **kwargs)
         if self.latent not in tr:
             raise ValueError(f"the model has no sample site {self.latent!r}")
         return tr, handler.results[self.latent]
+
+    def _mean_e_step(self, key: Any, params: dict, args: tuple,
+                     kwargs: dict) -> tuple[Any, Any]:
+        """Variational or Monte-Carlo E-step: the latent site's value becomes ``E[n]``."""
+        latent = self.latent
+
+        def value(site: dict) -> Any:  # params as given; the latent at a feasible point
+            if site["name"] == latent:
+                return site["fn"].support.feasible_like(jnp.zeros(site["fn"].shape()))
+            return params.get(site["name"])
+
+        wrapped = handlers.substitute(handlers.seed(self.model, key), substitute_fn=value)
+        tr = handlers.trace(wrapped).get_trace(*args, **kwargs)
+        if self.latent not in tr:
+            raise ValueError(f"the model has no sample site {self.latent!r}")
+        if not getattr(tr[self.latent]["fn"], "relaxed", False):
+            raise ValueError(f"estep={self.estep!r} needs a relaxed CGM site "
+                             "(CollectiveGraphicalModel(..., relaxed=True))")
+        if self._engine is None:
+            from ..estimation.variational_em import estep_engine
+
+            self._engine = estep_engine(self.estep, self.model, self.latent, self.estep_options)
+        full = {k: s["value"] for k, s in tr.items() if s["type"] == "param"}
+        res = self._engine(key, full, args, kwargs)
+        tr[self.latent]["value"] = res.n
+        return tr, res
 
     # -- M-step ----------------------------------------------------------------------------------
     def _theta_param(self, tr: Any) -> str | None:
@@ -134,6 +184,20 @@ class EM:
             if site["type"] == "param" and site["value"] is theta:
                 return name
         return None
+
+    def _cached_m_step(self, key: Any, tr: Any, args: tuple, kwargs: dict) -> Callable:
+        """:meth:`_make_m_step`, compiled once per model and argument structure."""
+        static, treedef, positions, arrays = split_static((args, kwargs))
+        names = tuple(k for k, s in tr.items() if s["type"] == "param")
+        cache_key = (self.model, self.latent, self.lbfgs_iters, names, static, treedef,
+                     positions)
+        try:
+            found = _M_STEPS.get(cache_key)
+        except TypeError:  # unhashable static arguments: no caching
+            return self._make_m_step(key, tr, args, kwargs)
+        if found is None:
+            found = _M_STEPS[cache_key] = self._make_m_step(key, tr, args, kwargs)
+        return functools.partial(found, arrays=arrays)
 
     def _make_m_step(self, key: Any, tr: Any, args: tuple, kwargs: dict) -> Callable:
         """Compile ``(params, n̂) ↦ argmax_params θ(params)·n̂ − N·A(θ(params)) + Σ log p(obs)``."""
@@ -178,7 +242,7 @@ class EM:
             (u, _), _ = jax.lax.scan(step, (u, solver.init(u)), None, length=iters)
             return u
 
-        def m_step(params: dict, n_hat: Any) -> dict:
+        def m_step(params: dict, n_hat: Any, arrays: tuple = arrays) -> dict:
             u = {k: transforms[k].inv(params[k]) for k in names}
             u = solve(u, n_hat, arrays)
             return {k: transforms[k](v) for k, v in u.items()}
@@ -190,6 +254,7 @@ class EM:
             **kwargs: Any) -> EMResult:
         """Run EM from the params' initial values (or ``init_params``)."""
         start = time.perf_counter()
+        self._engine = None  # a fresh E-step state for every run
         params = dict(init_params or {})
         tr, res = self._e_step(rng_key, params, args, kwargs)
         params = {k: s["value"] for k, s in tr.items() if s["type"] == "param"} | params
@@ -201,15 +266,22 @@ class EM:
         general_m_step = None
         for it in range(self.max_iters):
             if it > 0:
+                if self.estep != "nlbp":  # fresh draws for the sampling E-steps
+                    rng_key = jax.random.split(rng_key)[0]
                 tr, res = self._e_step(rng_key, params, args, kwargs)
             objectives.append(float(res.objective))
             n_hat = tr[self.latent]["value"]
             theta_name = self._theta_param(tr)
-            if natural and theta_name is not None:
+            if self.estep == "nlbp" and natural and theta_name is not None:
                 params = dict(params, **{theta_name: res.eta})
+            elif self.estep != "nlbp" and theta_name is not None:
+                from ..estimation.cgm_em import m_step
+
+                params = dict(params, **{theta_name: m_step(fn.network, n_hat,
+                                                             params[theta_name])})
             else:
                 if general_m_step is None:
-                    general_m_step = self._make_m_step(rng_key, tr, args, kwargs)
+                    general_m_step = self._cached_m_step(rng_key, tr, args, kwargs)
                 params = general_m_step(params, n_hat)
             theta = self._cgm(params, n_hat, args, kwargs, rng_key).theta
             mu = fn.network.flatten(jt.marginals(fn.network, theta))

@@ -1,0 +1,385 @@
+"""Variational EM on the relaxed collective graphical model: learn from ``E_q[n]``, not the mode.
+
+Seed 002's EM (Algorithm 2) puts the *mode* of ``p(n | y; θ_t)`` (NLBP, Eq. 6) into the M-step.
+The E-step that the EM derivation asks for is the posterior *mean*: the expected complete-data
+log-likelihood ``E[θ·n − N·A(θ) | y; θ_t]`` is linear in ``n``, so its maximiser moment-matches
+``μ(θ_{t+1}) = E[n | y; θ_t] / N``. Here that mean is approximated by variational inference on
+the NumPyro model
+
+.. code-block:: python
+
+    theta = numpyro.param("theta", theta0)                         # network layout
+    n = numpyro.sample("n", CollectiveGraphicalModel(latent_net, embed(theta), N, relaxed=True))
+    numpyro.sample("y", LaplaceNoise(Q n, b), obs=y)                # or GaussianNoise
+
+(:func:`latent_counts_model`). ``n`` lives on the scaled marginal polytope of the network, or of
+its triangulation when the network is not decomposable (the junction-tree cliques' tables; the
+released tables are their projections; ``embed`` writes ``θ`` into that layout without changing
+``p_θ``). The guide is NumPyro's ``AutoNormal`` (or ``AutoMultivariateNormal``) in the
+unconstrained coordinates of the junction-tree stick-breaking bijection: a Gaussian there is a
+logistic-normal on each conditional table, which matches the shape of the hyper-multinomial's
+conditional multinomials (notes/measured.md §2: NUTS and these guides run unchanged on it).
+
+**Alternating maximisation of the ELBO.** E-step: Adam steps on the guide with ``θ`` held fixed
+(warm-started from the previous E-step's guide); ``E_q[n]`` by Monte Carlo over guide draws.
+M-step: moment matching on ``E_q[n]`` (closed form on decomposable networks, L-BFGS on
+``θ·E_q[n] − N·A(θ)`` otherwise). Both steps raise the ELBO
+``E_q[log p(n; θ) + log p(y | n)] + H(q)`` (the M-step exactly, since the ELBO depends on ``θ``
+only through ``θ·E_q[n] − N·A(θ)``), so this is coordinate ascent on the ELBO. The loop is
+:class:`numpyro_dpgm.infer.EM` with ``estep="variational"``, which runs on any model of that
+shape.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+from numpyro import handlers
+from numpyro.infer import SVI, Trace_ELBO
+from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
+
+from ..distributions.cgm import CollectiveGraphicalModel
+from ..distributions.mrf import MarkovRandomField
+from ..distributions.noise import GaussianNoise, LaplaceNoise
+from ..measurements import Measurement
+from ..network import MarkovNetwork
+from .result import Result
+
+__all__ = [
+    "EStepResult",
+    "VariationalEStep",
+    "conditioned_on_params",
+    "estep_engine",
+    "latent_counts_model",
+    "variational_em",
+]
+
+Array = Any
+
+
+class EStepResult(NamedTuple):
+    """What a sampling or variational E-step returns.
+
+    Attributes
+    ----------
+    n : array
+        The estimate of ``E[n | y; θ_t]`` (latent site's layout).
+    objective : float
+        Variational: the ELBO (mean over the last steps); Monte Carlo: the mean log joint
+        density of the draws.
+    converged : bool
+        Whether the E-step's own stopping rule held (variational: the ELBO stopped rising).
+    draws : int
+        Number of draws the mean is taken over.
+    """
+
+    n: Any
+    objective: float
+    converged: bool
+    draws: int
+
+
+def conditioned_on_params(model: Callable) -> Callable:
+    """``model`` as ``f(params, *args, **kwargs)`` with its ``numpyro.param`` sites fixed.
+
+    The params are substituted and then hidden, so inference on the result (SVI, NUTS) sees
+    only the latent sample sites, and the params are ordinary (traced) arguments: a compiled
+    sampler or optimiser is reused across EM iterations.
+    """
+
+    def conditioned(params: dict, *args: Any, **kwargs: Any) -> Any:
+        with handlers.block(hide_fn=lambda site: site["type"] == "param"), \
+                handlers.substitute(data=params):
+            return model(*args, **kwargs)
+
+    return conditioned
+
+
+# ------------------------------------------------------------------------------------------------
+# the model
+# ------------------------------------------------------------------------------------------------
+def latent_counts_model(
+    network: MarkovNetwork,
+    measurements: Sequence[Measurement],
+    total_count: int,
+) -> Callable[..., None]:
+    """The NumPyro model ``model(y)`` of a release with ``θ`` a ``numpyro.param`` (for EM).
+
+    Sites: ``theta`` (param, the network's layout), ``n`` (relaxed CGM on the network or its
+    triangulation, :func:`~numpyro_dpgm.distributions.constraints.triangulated`), ``y``
+    (observed: every measurement's answers, Laplace- or Gaussian-family noise).
+
+    Parameters
+    ----------
+    network : MarkovNetwork
+        Any network; when it is not decomposable, ``n`` holds the tables of its
+        triangulation's junction-tree cliques.
+    measurements : sequence of Measurement
+        One noise family (as :func:`numpyro_dpgm.infer.bayes.noisy_marginals_model`).
+    total_count : int
+
+    Returns
+    -------
+    callable
+        ``model(y)`` with ``y`` the concatenated answers (``readout.y`` for these
+        measurements); ``theta`` starts at zero (pass ``init_params`` to EM). Attribute
+        ``readout``: the :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel` that maps ``n``
+        to the answers and holds ``latent_network`` and ``y``. Models are cached by the
+        release's structure (network, measured cliques and queries, noise, ``N``), so compiled
+        samplers are reused across releases of the same shape.
+    """
+    from ..infer.bayes import noisy_marginals_model
+
+    readout = noisy_marginals_model(network, measurements, total_count,
+                                    theta=jnp.zeros(network.num_params), triangulate=True,
+                                    record_marginals=False)
+    key = (network, readout.total_count, readout.noise_family,
+           tuple(readout.noise_scales.tolist()),
+           tuple((m.clique, None if m.query is None else np.asarray(m.query).tobytes())
+                 for m in readout.measurements))
+    model = _MODELS.get(key)
+    if model is None:
+        model = _MODELS[key] = _make_model(readout)
+    model.readout = readout  # type: ignore[attr-defined]
+    return model
+
+
+_MODELS: dict = {}
+
+
+def _make_model(readout: Any) -> Callable[..., None]:
+    noise = LaplaceNoise if readout.noise_family == "laplace" else GaussianNoise
+    scales, total = jnp.asarray(readout.noise_scales), readout.total_count
+    net, latent = readout.network, readout.latent_network
+
+    def model(y: Array) -> None:
+        theta = numpyro.param("theta", jnp.zeros(net.num_params))
+        n = numpyro.sample("n", CollectiveGraphicalModel(
+            latent, readout.latent_theta(theta), total, relaxed=True))
+        numpyro.sample("y", noise(readout.predict(n), scales), obs=y)
+
+    return model
+
+
+# ------------------------------------------------------------------------------------------------
+# the E-step
+# ------------------------------------------------------------------------------------------------
+_AUTOGUIDES = {"normal": AutoNormal, "mvn": AutoMultivariateNormal}
+_ENGINES: dict = {}
+
+
+def estep_engine(kind: str, model: Callable, latent: str, options: dict) -> Any:
+    """The (cached) E-step engine of ``kind`` for ``model``, reset for a new run.
+
+    Engines hold compiled functions keyed by the model, so fitting many releases with one
+    cached model (:func:`latent_counts_model`) compiles once.
+    """
+    key = (kind, model, latent, tuple(sorted(options.items())))
+    engine = _ENGINES.get(key)
+    if engine is None:
+        if kind == "variational":
+            engine = VariationalEStep(model, latent, **options)
+        elif kind == "mcmc":
+            from .mcem import MCMCEStep
+
+            engine = MCMCEStep(model, latent, **options)
+        else:
+            raise ValueError(f"unknown E-step {kind!r}; use 'variational' or 'mcmc'")
+        _ENGINES[key] = engine
+    engine.reset()
+    return engine
+
+
+class VariationalEStep:
+    """``E_q[n]`` from SVI on the model with its params fixed, warm-started across calls.
+
+    Parameters
+    ----------
+    model : callable
+        A NumPyro model with ``numpyro.param`` sites and the latent site ``latent``.
+    latent : str
+    guide : {"normal", "mvn"}
+        ``AutoNormal`` or ``AutoMultivariateNormal`` over every latent site, initialised at
+        uniform tables for relaxed CGM sites.
+    first_steps, steps : int
+        Adam steps of the first E-step and of every later (warm-started) one.
+    learning_rate : float
+    num_particles : int
+        Monte-Carlo particles of the ELBO gradient.
+    mean_draws : int
+        Guide draws averaged into ``E_q[n]``.
+    """
+
+    def __init__(self, model: Callable, latent: str, *, guide: str = "normal",
+                 first_steps: int = 1000, steps: int = 200, learning_rate: float = 0.05,
+                 num_particles: int = 1, mean_draws: int = 256):
+        if guide not in _AUTOGUIDES:
+            raise ValueError(f"guide must be one of {sorted(_AUTOGUIDES)}, got {guide!r}")
+        if min(first_steps, steps, num_particles, mean_draws) < 1:
+            raise ValueError("first_steps, steps, num_particles and mean_draws must be >= 1")
+        from ..infer.bayes import init_to_interior
+
+        self.latent = latent
+        self.first_steps, self.steps, self.mean_draws = int(first_steps), int(steps), mean_draws
+        self.model = conditioned_on_params(model)
+        self.guide = _AUTOGUIDES[guide](self.model, init_loc_fn=init_to_interior(radius=0.0))
+        self.svi = SVI(self.model, self.guide, numpyro.optim.Adam(learning_rate),
+                       Trace_ELBO(num_particles))
+        self.state = None
+
+    def reset(self) -> None:
+        """Forget the fitted guide (the next call starts a new run)."""
+        self.state = None
+
+    def __call__(self, key: Any, params: dict, args: tuple, kwargs: dict) -> EStepResult:
+        from ..infer.handlers import split_static
+
+        static, treedef, positions, arrays = split_static((args, kwargs))
+        k_init, k_draw = jax.random.split(key)
+        if self.state is None:
+            self.state = self.svi.init(k_init, params, *args, **kwargs)
+            steps = self.first_steps
+        else:
+            steps = self.steps
+        self.state, losses = _svi_steps(self.svi, static, treedef, positions, steps,
+                                        self.state, params, arrays)
+        mean = _guide_mean(self.guide, self.latent, self.mean_draws, static, treedef, positions,
+                           k_draw, self.svi.get_params(self.state), params, arrays)
+        losses = np.asarray(losses)
+        tail = max(len(losses) // 4, 1)
+        last, before = losses[-tail:].mean(), losses[-2 * tail:-tail].mean()
+        spread = losses[-tail:].std() + 1e-12
+        return EStepResult(mean, float(-last),
+                           bool(before - last <= spread), self.mean_draws)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _svi_steps(svi: SVI, static: tuple, treedef: Any, positions: tuple, steps: int,
+               state: Any, params: dict, arrays: tuple) -> tuple[Any, Any]:
+    from ..infer.handlers import _join
+
+    args, kwargs = _join(static, treedef, positions, arrays)
+
+    def body(s: Any, _: Any) -> Any:
+        s, loss = svi.update(s, params, *args, **kwargs)
+        return s, loss
+
+    return jax.lax.scan(body, state, None, length=steps)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
+def _guide_mean(guide: Any, latent: str, draws: int, static: tuple, treedef: Any,
+                positions: tuple, key: Any, svi_params: dict, params: dict,
+                arrays: tuple) -> Any:
+    from ..infer.handlers import _join
+
+    args, kwargs = _join(static, treedef, positions, arrays)
+    out = guide.sample_posterior(key, svi_params, params, *args, sample_shape=(draws,), **kwargs)
+    return jnp.mean(out[latent], axis=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# the estimator
+# ------------------------------------------------------------------------------------------------
+def initial_theta(measurements: Sequence[Measurement], network: MarkovNetwork,
+                  total_count: float, init: str | Array) -> tuple[Array, str]:
+    """``θ₀`` for EM: ``"naive"`` (naive MLE, default L2 rule), ``"zeros"`` or given."""
+    if isinstance(init, str):
+        if init == "naive":
+            from .naive import naive_mle
+
+            return naive_mle(measurements, network, total_count).model.theta, "naive"
+        if init == "zeros":
+            return jnp.zeros(network.num_params), "zeros"
+        raise ValueError(f"init must be 'naive', 'zeros' or an array, got {init!r}")
+    theta = jnp.asarray(init, dtype=jnp.result_type(float))
+    if theta.shape != (network.num_params,):
+        raise ValueError(f"init has shape {theta.shape}; expected ({network.num_params},)")
+    return theta, "given"
+
+
+def run_em_estimator(
+    measurements: Sequence[Measurement], network: MarkovNetwork, total_count: int,
+    init: str | Array, key: Any, max_em_iters: int, tol: float, estep: str,
+    estep_options: dict,
+) -> Result:
+    """Shared body of :func:`variational_em` and :func:`~numpyro_dpgm.estimation.mcem.mcem`."""
+    from ..infer.em import EM
+
+    start = time.perf_counter()
+    if not isinstance(network, MarkovNetwork):
+        raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
+    theta0, how = initial_theta(measurements, network, total_count, init)
+    model = latent_counts_model(network, measurements, total_count)
+    key = jax.random.key(0) if key is None else key
+    em = EM(model, latent="n", max_iters=max_em_iters, tol=tol, estep=estep,
+            estep_options=estep_options)
+    fit = em.run(key, jnp.asarray(model.readout.y), init_params={"theta": theta0})
+    theta = fit.params["theta"]
+    return Result(
+        model=MarkovRandomField(network, theta),
+        loss_trace=-np.asarray(fit.estep_objective),
+        iterations=fit.iterations,
+        converged=fit.converged,
+        elapsed=time.perf_counter() - start,
+        extras={"n_hat": fit.n, "marginal_change": np.asarray(fit.marginal_change),
+                "estep_objective": np.asarray(fit.estep_objective), "init": how,
+                "latent_network": model.readout.latent_network, "estep": estep},
+    )
+
+
+def variational_em(
+    measurements: Sequence[Measurement],
+    network: MarkovNetwork,
+    total_count: int,
+    max_em_iters: int = 10,
+    init: str | Array = "naive",
+    *,
+    key: Any = None,
+    guide: str = "normal",
+    first_steps: int = 1000,
+    steps: int = 200,
+    learning_rate: float = 0.05,
+    num_particles: int = 1,
+    mean_draws: int = 256,
+    tol: float = 1e-4,
+) -> Result:
+    """Learn an MRF from noisy clique tables by variational EM on the relaxed CGM.
+
+    Parameters
+    ----------
+    measurements : sequence of Measurement
+        Noisy answers (one noise family); every measured clique must lie in a clique of
+        ``network``.
+    network : MarkovNetwork
+        Any network (not decomposable: the latent counts are its triangulation's tables).
+    total_count : int
+        ``N`` (public).
+    max_em_iters : int
+        EM iterations (E-step: SVI on the guide; M-step: moment matching on ``E_q[n]``).
+    init : {"naive", "zeros"} or array
+        ``θ₀``: naive MLE with its default L2 rule, uniform, or given log-potentials.
+    key : JAX PRNG key, optional
+    guide, first_steps, steps, learning_rate, num_particles, mean_draws :
+        :class:`VariationalEStep` options.
+    tol : float
+        Stop when the model's clique marginals move by less than ``tol`` (L1, per clique).
+
+    Returns
+    -------
+    Result
+        ``loss_trace``: the negative ELBO after each E-step; ``extras``: ``n_hat`` (last
+        ``E_q[n]``, latent layout), ``latent_network``, ``marginal_change``, ``init``.
+    """
+    options = dict(guide=guide, first_steps=first_steps, steps=steps,
+                   learning_rate=learning_rate, num_particles=num_particles,
+                   mean_draws=mean_draws)
+    return run_em_estimator(measurements, network, total_count, init, key, max_em_iters, tol,
+                            "variational", options)
