@@ -177,7 +177,7 @@ def _is_integer_column(col: pd.Series, attr: str) -> bool:
             return True
         i = int(np.argmax(values != np.round(values)))
         raise ValueError(
-            f"column {attr!r} holds the non-integer number {values[i]!r} (row {i}); "
+            f"column {attr!r} holds the non-integer number {float(values[i])!r} (row {i}); "
             "discretise continuous columns into bins (or strings) before encoding"
         )
     return False
