@@ -74,25 +74,40 @@ def _ok(args):
     return result.output
 
 
-def test_release_fit_synth_chain(tmp_path, labelled):
-    folder, frame = labelled
-    meas, ledger, model, synth = (tmp_path / n for n in ("m.json", "l.json", "model.json",
-                                                         "synth.csv"))
-    out = _ok(["release", folder / "titanic.csv", "--domain", folder / "domain.json", *CLIQUES,
-               "--epsilon", "1", "--ledger", ledger, "--budget", "1.5", "-o", meas])
-    assert "OpenDP" in out and "remaining 0.5" in out
-    saved = load_measurements(meas)
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, labelled):
+    """One release -> fit (CGM-EM, one iteration) -> synth session; its files and outputs."""
+    folder, _ = labelled
+    tmp = tmp_path_factory.mktemp("chain")
+    paths = {n: tmp / f for n, f in (("meas", "m.json"), ("ledger", "l.json"),
+                                     ("model", "model.json"), ("synth", "synth.csv"))}
+    outputs = {
+        "release": _ok(["release", folder / "titanic.csv", "--domain", folder / "domain.json",
+                        *CLIQUES, "--epsilon", "1", "--ledger", paths["ledger"], "--budget",
+                        "1.5", "-o", paths["meas"]]),
+        "fit": _ok(["fit", paths["meas"], "--method", "cgm-em", "--iters", "1", "-o",
+                    paths["model"]]),
+        "synth": _ok(["synth", paths["model"], "--records", 3000, "--seed", 0, "-o",
+                      paths["synth"]]),
+    }
+    return paths, outputs
+
+
+def test_release_fit_synth_chain(tmp_path, labelled, chain):
+    folder, _ = labelled
+    paths, outputs = chain
+    assert "OpenDP" in outputs["release"] and "remaining 0.5" in outputs["release"]
+    saved = load_measurements(paths["meas"])
     assert [m.clique for m in saved.measurements] == [("Pclass", "Survived"),
                                                       ("Sex", "Survived"), ("Age", "Sex")]
     assert saved.categories["Sex"] == ["female", "male"] and saved.total is None
     assert saved.measurements[0].noise.scale == 3.0  # 3 tables, add/remove: Δ₁ = 3, ε = 1
-    assert load_ledger(ledger).history == saved.ledger.history
     assert saved.ledger.spent == 1.0
 
-    out = _ok(["fit", meas, "--method", "naive", "-o", model])
-    assert "not modelled" in out
-    fitted = load_model(model)
-    assert fitted.provenance["estimator"] == "naive_mle"
+    assert "not modelled" in outputs["fit"]
+    fitted = load_model(paths["model"])
+    assert fitted.provenance["estimator"] == "cgm_em"
+    assert fitted.provenance["options"] == {"max_em_iters": 1}
     assert set(fitted.model.network.domain) == {"Pclass", "Survived", "Sex", "Age"}
     codes = pd.read_csv(TITANIC)
     truth = np.asarray(count(codes, [("Pclass", "Survived")], fitted.model.network.domain)[
@@ -101,9 +116,8 @@ def test_release_fit_synth_chain(tmp_path, labelled):
     # noise scale 3 on 9 cells of 1304 records: the expected L1 error is about 0.02
     assert np.abs(estimate - truth / truth.sum()).sum() < 0.1
 
-    out = _ok(["synth", model, "--records", 3000, "--seed", 0, "-o", synth])
-    assert "seed 0" in out
-    data = pd.read_csv(synth)
+    assert "seed 0" in outputs["synth"]
+    data = pd.read_csv(paths["synth"])
     assert list(data.columns) == ["Survived", "Pclass", "Sex", "Age"] and len(data) == 3000
     assert set(data["Sex"]) == {"female", "male"}
     assert set(data["Survived"]) <= {"no", "yes", "unknown"}
@@ -112,6 +126,9 @@ def test_release_fit_synth_chain(tmp_path, labelled):
     assert abs((data["Sex"] == "male").mean() - p_male) < 0.04
 
     # a second release within the remaining budget debits the same ledger
+    ledger = tmp_path / "l.json"
+    ledger.write_bytes(paths["ledger"].read_bytes())
+    assert load_ledger(ledger).history == saved.ledger.history
     _ok(["release", folder / "titanic.csv", "--domain", folder / "domain.json",
          "--clique", "Fare,Pclass", "--epsilon", "0.5", "--ledger", ledger, "-o",
          tmp_path / "m2.json", "--mechanism", "discrete_laplace", "--seed", "3"])
@@ -136,17 +153,27 @@ def test_simulated_release_is_seeded_and_named_as_such(tmp_path):
     assert result.exit_code == 0, result.output
     assert "discloses" in result.output
     assert list(load_measurements(tmp_path / "c.json").domain) == ["Pclass", "Sex"]
+    # cliques from a file: JSON, or one comma-separated clique per line
+    (tmp_path / "cliques.json").write_text('[["Pclass", "Survived"], ["Sex"]]')
+    (tmp_path / "cliques.txt").write_text("# tables\nPclass,Survived\nSex\n")
+    for name in ("cliques.json", "cliques.txt"):
+        _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "--cliques", tmp_path / name,
+             "--epsilon", "1", "--seed", "0", "-o", tmp_path / "f.json"])
+        saved = load_measurements(tmp_path / "f.json")
+        assert [m.clique for m in saved.measurements] == [("Pclass", "Survived"), ("Sex",)]
 
 
-def test_fit_prox_pgm_and_cgm_em(tmp_path):
-    meas = tmp_path / "m.json"
-    _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "--clique", "Pclass,Survived",
-         "--clique", "Sex,Survived", "--epsilon", "2", "--seed", "0", "-o", meas])
-    for method, iters in (("prox-pgm", 30), ("cgm-em", 1)):
-        _ok(["fit", meas, "--method", method, "--iters", iters, "-o", tmp_path / f"{method}.json"])
-        fitted = load_model(tmp_path / f"{method}.json")
-        assert fitted.provenance["iterations"] == iters
-        assert fitted.provenance["options"] in ({"iters": iters}, {"max_em_iters": iters})
+def test_fit_prox_pgm_and_naive(tmp_path, chain):
+    meas = chain[0]["meas"]
+    _ok(["fit", meas, "--method", "prox-pgm", "--iters", 30, "-o", tmp_path / "p.json"])
+    fitted = load_model(tmp_path / "p.json")
+    assert fitted.provenance["iterations"] == 30 and fitted.provenance["options"] == {"iters": 30}
+    _ok(["fit", meas, "--method", "naive", "--total", 1304, "-o", tmp_path / "n.json"])
+    fitted = load_model(tmp_path / "n.json")
+    assert fitted.provenance["estimator"] == "naive_mle" and fitted.total == 1304.0
+    _ok(["synth", tmp_path / "n.json", "--seed", 1, "-o", tmp_path / "s.parquet"])
+    data = pd.read_parquet(tmp_path / "s.parquet")
+    assert len(data) == 1304 and isinstance(data["Sex"].dtype, pd.CategoricalDtype)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,11 +227,8 @@ def test_overspending_is_refused_and_nothing_changes(tmp_path):
            "create it by giving its total budget", tmp_path / "new.json", tmp_path / "c.json")
 
 
-def test_fit_and_synth_bad_files(tmp_path):
-    meas, model = tmp_path / "m.json", tmp_path / "model.json"
-    _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "--clique", "Pclass,Survived",
-         "--epsilon", "1", "--seed", "0", "-o", meas])
-    _ok(["fit", meas, "--method", "naive", "-o", model])
+def test_fit_and_synth_bad_files(tmp_path, chain):
+    meas, model = chain[0]["meas"], chain[0]["model"]
     out = tmp_path / "s.csv"
     text = model.read_text()
     (tmp_path / "truncated.json").write_text(text[: len(text) // 2])
