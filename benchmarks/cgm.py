@@ -7,6 +7,8 @@ Dirichlet(1) on every edge (``θ_e = log w``, ``w ~ Dirichlet(1)`` over the edge
 - ``er``: one connected Erdős–Rényi graph ``G(10, p = 0.3)`` (the paper does not state ``p``;
   resampled until connected from a fixed seed), shared by all populations.
 
+The model builders are those of the reproduction, :mod:`numpyro_dpgm.experiments.bernstein2017`.
+
 For every model, population (``--trials``) and ε: ``N`` records are drawn from the model, every
 edge table is counted and released with Laplace noise of scale ``b = |E|/ε`` (add/remove
 neighbours, the JAX simulation sampler), and both estimators are fitted with their defaults:
@@ -32,21 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import networkx as nx
 import numpy as np
 
 DESCRIPTION = "naive MLE vs CGM-EM on 10-node third-order chains and ER graphs: time and KL"
-
-
-def _edges(model: str) -> list[tuple[str, str]]:
-    names = [f"x{i}" for i in range(10)]
-    if model == "chain3":
-        return [(names[i], names[j]) for i in range(10) for j in range(i + 1, 10) if j - i <= 3]
-    rng = np.random.default_rng(10_000)
-    while True:
-        g = nx.gnp_random_graph(10, 0.3, seed=int(rng.integers(2**31)))
-        if nx.is_connected(g):
-            return [(names[u], names[v]) for u, v in sorted(g.edges)]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,15 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _trial(model: str, seed: int, n: int, eps: float) -> dict[str, Any]:
-    from numpyro_dpgm import MarkovNetwork, MarkovRandomField
+    from numpyro_dpgm import MarkovRandomField
     from numpyro_dpgm.estimation import cgm_em, naive_mle
+    from numpyro_dpgm.experiments.bernstein2017 import dirichlet_theta, synthetic_network
     from numpyro_dpgm.metrics import kl_divergence
     from numpyro_dpgm.privacy import simulate_release
 
-    edges = _edges(model)
-    net = MarkovNetwork({f"x{i}": 10 for i in range(10)}, edges)
-    rng = np.random.default_rng(seed)
-    theta = np.concatenate([np.log(rng.dirichlet(np.ones(100))) for _ in edges])
+    net = synthetic_network(model, 10)
+    edges = list(net.cliques)
+    theta = dirichlet_theta(net, np.random.default_rng(seed))
     truth = MarkovRandomField(net, theta)
     records = np.asarray(truth.sample(jax.random.key(seed), (n,)))
     meas = simulate_release(records, edges, eps, jax.random.key(1000 + seed), domain=net.domain)

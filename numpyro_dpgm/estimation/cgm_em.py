@@ -38,7 +38,7 @@ from .losses import LossTerm, build_terms, check_measurements, terms_loss
 from .naive import fit_mle, naive_mle
 from .result import Result
 
-__all__ = ["cgm_em", "MeasurementEvidence", "gauge_fix", "m_step"]
+__all__ = ["cgm_em", "EMState", "MeasurementEvidence", "em_theta", "gauge_fix", "m_step"]
 
 Array = Any
 
@@ -141,6 +141,93 @@ def _decomposable(network: MarkovNetwork) -> bool:
     return True
 
 
+class EMState(NamedTuple):
+    """Output of :func:`em_theta` (arrays only, so batches of runs stack along a leading axis).
+
+    ``objectives``, ``changes`` and ``estep_converged`` have length ``max_em_iters``; entries
+    past ``iterations`` are ``nan`` / ``False``.
+    """
+
+    theta: Array
+    n_hat: Array
+    objectives: Array
+    changes: Array
+    estep_converged: Array
+    iterations: Array
+    converged: Array
+
+
+def _max_clique_l1(network: MarkovNetwork, a: Array, b: Array) -> Array:
+    return jnp.max(jnp.stack([jnp.sum(jnp.abs(a[network.slice_of(c)] - b[network.slice_of(c)]))
+                              for c in network.cliques]))
+
+
+def _em_step(network, evidence, data, total, st, *, inner_iters, tol, inner_tol, smoothing,
+             damping) -> tuple[EMState, Array]:
+    """One EM iteration: NLBP E-step warm-started at ``θ_t``, free M-step ``θ_{t+1} = η̂``."""
+    r = nlbp_map(network, st.theta, total, evidence, (data, smoothing), space="natural",
+                 damping=damping, max_iters=inner_iters, tol=inner_tol)
+    theta = gauge_fix(network, r.eta)
+    change = _max_clique_l1(network, r.n / total, st.n_hat / total)
+    k = st.iterations
+    # an EM fixed point needs the last E-step to have converged too (see cgm_em)
+    converged = (change < tol) & r.converged
+    return EMState(theta, r.n, st.objectives.at[k].set(r.objective),
+                   st.changes.at[k].set(change), st.estep_converged.at[k].set(r.converged),
+                   k + 1, converged), change
+
+
+def em_theta(
+    network: MarkovNetwork,
+    evidence: MeasurementEvidence,
+    data: Any,
+    theta0: Array,
+    total: Array,
+    *,
+    max_em_iters: int = 10,
+    inner_iters: int = 50,
+    tol: float = 1e-6,
+    inner_tol: float = 1e-8,
+    smoothing: Array = 0.0,
+    damping: Any = None,
+) -> EMState:
+    """Pure core of :func:`cgm_em` with the natural-space E-step and its free M-step.
+
+    Seed 002, Algorithm 2 inside one ``lax.while_loop``: ``θ_{t+1} = gauge_fix(η̂_t)`` with
+    ``η̂_t`` from :func:`~numpyro_dpgm.inference.nlbp.nlbp_map` warm-started at ``θ_t``; stops
+    after ``max_em_iters`` iterations or when ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``. No
+    validation and no host transfers: ``jit``- and ``vmap``-able over ``data`` (the noisy
+    tables of a batch of releases), ``theta0`` and ``total``.
+    """
+    init = _em_init(network, theta0, total, max_em_iters)
+    total = jnp.asarray(total, dtype=init.theta.dtype)
+
+    def cond(s: tuple[EMState, Array]) -> Array:
+        st, change = s
+        return (st.iterations < max_em_iters) & (change >= tol)
+
+    def body(s: tuple[EMState, Array]) -> tuple[EMState, Array]:
+        return _em_step(network, evidence, data, total, s[0], inner_iters=inner_iters, tol=tol,
+                        inner_tol=inner_tol, smoothing=smoothing, damping=damping)
+
+    state, _ = jax.lax.while_loop(cond, body, (init, jnp.asarray(jnp.inf, init.theta.dtype)))
+    return state
+
+
+def _em_init(network: MarkovNetwork, theta0: Array, total: Array, max_em_iters: int) -> EMState:
+    theta0 = gauge_fix(network, jnp.asarray(theta0))
+    dtype = theta0.dtype
+    mu0 = network.flatten(jt.marginals(network, theta0))
+    cap = max(int(max_em_iters), 1)
+    return EMState(theta0, jnp.asarray(total, dtype) * mu0, jnp.full(cap, jnp.nan, dtype),
+                   jnp.full(cap, jnp.nan, dtype), jnp.zeros(cap, bool), jnp.asarray(0),
+                   jnp.asarray(False))
+
+
+_em_step_jit = jax.jit(_em_step, static_argnums=(0, 1),
+                       static_argnames=("inner_iters", "damping"))
+
+
 def cgm_em(
     measurements: Sequence[Measurement],
     network: MarkovNetwork,
@@ -232,6 +319,33 @@ def cgm_em(
     if m_step_method == "natural" and space != "natural":
         raise ValueError("the free natural M-step needs space='natural'")
 
+    if m_step_method == "natural":
+        # the loop of em_theta on the host, one compiled EM step at a time
+        st = _em_init(network, theta, total, max_em_iters)
+        change = np.inf
+        while int(st.iterations) < max_em_iters and change >= tol:
+            st, change = _em_step_jit(network, evidence, data, jnp.asarray(total), st,
+                                      inner_iters=int(inner_iters), tol=tol, inner_tol=inner_tol,
+                                      smoothing=smoothing, damping=damping)
+            change = float(change)
+        k = int(st.iterations)
+        objectives = np.asarray(st.objectives[:k])
+        return Result(
+            model=MarkovRandomField(network, st.theta),
+            loss_trace=-objectives,
+            iterations=k,
+            converged=bool(st.converged),
+            elapsed=time.perf_counter() - start,
+            extras={
+                "n_hat": st.n_hat,
+                "estep_objective": objectives,
+                "estep_converged": np.asarray(st.estep_converged[:k]),
+                "marginal_change": np.asarray(st.changes[:k]),
+                "init": init if isinstance(init, str) else "given",
+                "space": space,
+                "m_step": m_step_method,
+            },
+        )
     mu_prev = network.flatten(jt.marginals(network, theta))
     objectives, changes, inner_conv = [], [], []
     n_hat = total * mu_prev

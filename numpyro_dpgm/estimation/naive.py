@@ -46,10 +46,13 @@ from .result import Result
 
 __all__ = [
     "DEFAULT_L2_FLOOR",
+    "check_tie",
     "project_simplex",
     "default_l2",
     "fit_mle",
     "naive_mle",
+    "naive_theta",
+    "project_tables",
 ]
 
 Array = Any
@@ -156,6 +159,21 @@ def _l2_vector(network: MarkovNetwork, l2: Any) -> np.ndarray:
     return vec
 
 
+def check_tie(network: MarkovNetwork, tie: Any) -> tuple[np.ndarray, int]:
+    """Validate a parameter tying ``θ = w[tie]``; return ``(tie, K)`` (identity when ``None``)."""
+    if tie is None:
+        return np.arange(network.num_params), network.num_params
+    idx = np.asarray(tie)
+    if idx.shape != (network.num_params,) or not np.issubdtype(idx.dtype, np.integer):
+        raise ValueError(
+            f"tie must be an integer array of shape ({network.num_params},) mapping every "
+            f"parameter of the network to a free parameter; got {idx.dtype} {idx.shape}")
+    k = int(idx.max()) + 1
+    if idx.min() < 0 or len(np.unique(idx)) != k:
+        raise ValueError("tie must use every free-parameter index 0..K-1 at least once")
+    return idx, k
+
+
 def _as_param_vector(network: MarkovNetwork, x: Any, name: str) -> Array:
     if isinstance(x, Mapping):  # CliqueTables or a plain dict
         tables = {}
@@ -188,6 +206,7 @@ def _fit(
     memory_size: int,
     max_linesearch_steps: int,
     method: str,
+    tie: Array | None = None,
 ) -> _LBFGSState:
     """L-BFGS on the negated objective ``A(θ) − θ·μ̂ + ½ Σ λ_i θ_i²`` inside one while loop.
 
@@ -196,7 +215,8 @@ def _fit(
     """
 
     def loss(theta: Array) -> Array:
-        return (jt.log_partition(network, theta, method) - jnp.dot(theta, mu_hat)
+        full = theta if tie is None else theta[tie]
+        return (jt.log_partition(network, full, method) - jnp.dot(theta, mu_hat)
                 + 0.5 * jnp.sum(l2 * theta**2))
 
     opt = optax.lbfgs(
@@ -238,6 +258,7 @@ def fit_mle(
     memory_size: int = 10,
     max_linesearch_steps: int = 30,
     method: str = "min_fill",
+    tie: Any = None,
 ) -> Result:
     """L2-regularised maximum likelihood from target marginals.
 
@@ -271,6 +292,12 @@ def fit_mle(
         Limit of the zoom line search per iteration.
     method : {"min_fill", "min_size"}
         Triangulation heuristic of the junction tree.
+    tie : int array ``(num_params,)``, optional
+        Parameter tying: the network's log-potentials are ``w[tie]`` for ``K = max(tie) + 1``
+        free parameters ``w`` (e.g. one pairwise table shared by every step of a
+        time-homogeneous chain). ``mu_hat``, ``l2`` and ``init`` then live in the free layout
+        ``(K,)`` (``mu_hat`` = the tied sums ``Jᵀμ̂`` of the network's targets), the objective
+        is ``w·μ̂ − A(w[tie]) − ½Σλw²`` and ``extras["free_params"]`` holds ``ŵ``.
 
     Returns
     -------
@@ -291,12 +318,26 @@ def fit_mle(
     """
     if not isinstance(network, MarkovNetwork):
         raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
-    mu = _as_param_vector(network, mu_hat, "mu_hat")
+    if tie is None:
+        mu = _as_param_vector(network, mu_hat, "mu_hat")
+        lam = _l2_vector(network, l2)
+        theta0 = (jnp.zeros(network.num_params, dtype=mu.dtype) if init is None
+                  else _as_param_vector(network, init, "init").astype(mu.dtype))
+    else:
+        tie, free = check_tie(network, tie)
+        mu = jnp.asarray(mu_hat, dtype=jnp.result_type(float))
+        if mu.shape != (free,):
+            raise ValueError(f"mu_hat has shape {mu.shape}; the tied layout has ({free},)")
+        lam = np.broadcast_to(np.asarray(l2, dtype=float), (free,))
+        if not np.all(np.isfinite(lam)) or np.any(lam < 0):
+            raise ValueError("the L2 strength must be finite and non-negative")
+        theta0 = (jnp.zeros(free, dtype=mu.dtype) if init is None
+                  else jnp.asarray(init, dtype=mu.dtype))
+        if theta0.shape != (free,):
+            raise ValueError(f"init has shape {theta0.shape}; expected ({free},)")
+        tie = jnp.asarray(tie)
     if not bool(jnp.all(jnp.isfinite(mu))):
         raise ValueError("mu_hat has non-finite values")
-    lam = _l2_vector(network, l2)
-    theta0 = (jnp.zeros(network.num_params, dtype=mu.dtype) if init is None
-              else _as_param_vector(network, init, "init").astype(mu.dtype))
     if not math.isfinite(tol) or tol <= 0:
         raise ValueError(f"tol must be positive, got {tol}")
     for name, val in (("max_iters", max_iters), ("memory_size", memory_size),
@@ -309,19 +350,63 @@ def fit_mle(
     capacity = max(1024, 1 << int(max_iters).bit_length())  # ≥ max_iters + 1, few sizes
     state = _fit(network, mu, jnp.asarray(lam, dtype=mu.dtype), theta0,
                  jnp.asarray(tol, dtype=mu.dtype), jnp.asarray(int(max_iters)), capacity,
-                 int(memory_size), int(max_linesearch_steps), method)
+                 int(memory_size), int(max_linesearch_steps), method, tie)
     state = jax.block_until_ready(state)
     elapsed = time.perf_counter() - start
     iters = int(state.iteration)
     grad_norm = float(jnp.linalg.norm(state.grad))
+    theta = state.theta if tie is None else state.theta[tie]
+    extras = {"grad_norm": grad_norm, "l2": lam, "stalled": bool(state.stalled)}
+    if tie is not None:
+        extras["free_params"] = state.theta
     return Result(
-        model=MarkovRandomField(network, state.theta, method=method),
+        model=MarkovRandomField(network, theta, method=method),
         loss_trace=np.asarray(state.trace[: iters + 1]),
         iterations=iters,
         converged=grad_norm <= tol,
         elapsed=elapsed,
-        extras={"grad_norm": grad_norm, "l2": lam, "stalled": bool(state.stalled)},
+        extras=extras,
     )
+
+
+def project_tables(network: MarkovNetwork, y: Array, total: Array) -> Array:
+    """``μ̃``: every clique's slice of the flat noisy tables ``y / N`` projected onto the simplex.
+
+    Pure and ``vmap``-able (step 1 of :func:`naive_mle` for one identity release per clique).
+    """
+    return jnp.concatenate([
+        _project_simplex(y[network.slice_of(c)] / total, jnp.asarray(1.0, dtype=y.dtype))
+        for c in network.cliques
+    ])
+
+
+def naive_theta(
+    network: MarkovNetwork,
+    y: Array,
+    total: Array,
+    l2: Array,
+    *,
+    tol: float = 1e-8,
+    max_iters: int = 1000,
+    memory_size: int = 10,
+    max_linesearch_steps: int = 30,
+    method: str = "min_fill",
+) -> tuple[Array, Array]:
+    """Pure core of :func:`naive_mle` for one noisy table per clique: ``(θ̂, gradient norm)``.
+
+    ``y`` holds the noisy tables in the network's flat layout, ``total`` is ``N`` and ``l2`` the
+    per-parameter (or scalar) strength; no validation, no host transfers, so it can be
+    ``jit``-ed and ``vmap``-ed over batches of releases (the trials of an experiment). The loss
+    trace and diagnostics of :func:`fit_mle` are dropped.
+    """
+    y = jnp.asarray(y)
+    mu = project_tables(network, y, jnp.asarray(total, dtype=y.dtype))
+    lam = jnp.broadcast_to(jnp.asarray(l2, dtype=y.dtype), mu.shape)
+    capacity = max(1024, 1 << int(max_iters).bit_length())
+    state = _fit(network, mu, lam, jnp.zeros_like(mu), jnp.asarray(tol, dtype=y.dtype),
+                 jnp.asarray(int(max_iters)), capacity, int(memory_size),
+                 int(max_linesearch_steps), method)
+    return state.theta, jnp.linalg.norm(state.grad)
 
 
 # ------------------------------------------------------------------------------------------------
