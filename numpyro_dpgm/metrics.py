@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from .distributions.mrf import MarkovRandomField
@@ -62,6 +63,9 @@ def total_variation(p: Any, q: Any) -> Any:
     p, q = jnp.asarray(p), jnp.asarray(q)
     if p.shape != q.shape:
         raise ValueError(f"tables of different shapes {p.shape} and {q.shape}")
+    for name, t in (("first", p), ("second", q)):
+        if not isinstance(t, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(t))):
+            raise ValueError(f"the {name} table has non-finite entries (NaN or inf)")
     return 0.5 * jnp.sum(jnp.abs(p - q))
 
 
@@ -73,5 +77,12 @@ def marginal_l1_error(model: MarkovRandomField, tables: CliqueTables) -> Any:
     errors = []
     for c, t in tables.items():
         t = jnp.asarray(t)
+        if not isinstance(t, jax.core.Tracer) and not (
+            bool(jnp.all(jnp.isfinite(t))) and bool(jnp.all(t >= 0)) and float(jnp.sum(t)) > 0
+        ):
+            raise ValueError(
+                f"the table of {c} must be finite and non-negative with a positive sum (counts "
+                "or probabilities); clip or drop noisy tables before comparing"
+            )
         errors.append(2 * total_variation(model.marginal(c), t / jnp.sum(t)))
     return jnp.mean(jnp.stack(errors))

@@ -63,6 +63,10 @@ class CliqueTables(Mapping[Clique, Any]):
     __slots__ = ("_cliques", "_tables")
 
     def __init__(self, tables: Mapping[Clique, Any]):
+        if not isinstance(tables, Mapping):
+            raise TypeError(
+                f"CliqueTables expects a mapping clique -> array, got {type(tables).__name__}"
+            )
         self._cliques: tuple[Clique, ...] = tuple(tuple(c) for c in tables.keys())
         self._tables: dict[Clique, Any] = {
             tuple(c): v for c, v in tables.items()

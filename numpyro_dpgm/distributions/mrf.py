@@ -117,9 +117,21 @@ class MarkovRandomField(Distribution):
 
     def log_prob(self, value: Any) -> jax.Array:
         """``θ·φ(x) − A(θ)`` for records ``x`` of shape ``(..., num_attrs)``."""
+        value = jnp.asarray(value)
+        num_attrs = len(self.network.domain)
+        if value.ndim < 1 or value.shape[-1] != num_attrs:
+            raise ValueError(
+                f"records have shape {value.shape}; expected (..., {num_attrs}), one code per "
+                f"attribute in domain order {list(self.network.domain)}"
+            )
         if self._validate_args:
             self._validate_sample(value)
-        value = jnp.asarray(value)
+        if not jnp.issubdtype(value.dtype, jnp.integer):
+            raise TypeError(f"records must be integer codes, got dtype {value.dtype}")
+        # a record outside the domain has probability zero (its cell index would be garbage)
+        inside = jnp.all((value >= 0) & (value < jnp.asarray(self.network.domain.shape)),
+                         axis=-1)
+        value = jnp.where(inside[..., None], value, 0)
         idx = self.network.cell_indices(value)  # (..., num_cliques)
         if not self.batch_shape:
             energy = jnp.sum(self.theta[idx], axis=-1)
@@ -128,7 +140,7 @@ class MarkovRandomField(Distribution):
             theta = jnp.broadcast_to(self.theta, shape + self.theta.shape[-1:])
             idx = jnp.broadcast_to(idx, shape + idx.shape[-1:])
             energy = jnp.sum(jnp.take_along_axis(theta, idx, axis=-1), axis=-1)
-        return energy - self.log_partition()
+        return jnp.where(inside, energy - self.log_partition(), -jnp.inf)
 
     # -- inference -----------------------------------------------------------------------------
     def log_partition(self) -> jax.Array:
