@@ -38,6 +38,7 @@ from __future__ import annotations
 import csv
 import itertools
 import math
+import os
 import time
 from functools import partial
 from pathlib import Path
@@ -83,10 +84,13 @@ PAPER = {
 EXACT_CELL_CAP = 2e8
 
 _QUICK = {"epsilons": (0.1, 10.0), "trials": 1, "iters_exact": 8, "iters_approx": 300,
-          "scal_m": (1, 8, 24), "scal_iters": 3}
+          "scal_m": (1, 8, 24), "scal_iters": 3, "oracles": ("exact", "region_graph"),
+          "scal_budget": math.inf, "parts": ("adult", "scalability")}
 _FULL = {"epsilons": (0.01, 0.1, 1.0, 10.0, 100.0), "trials": 5, "iters_exact": 10000,
-         "iters_approx": 10000, "scal_m": (1, 4, 13, 29, 42, 51, 91, 193, 409, 1048),
-         "scal_iters": 25}
+         "iters_approx": 10000,
+         "scal_m": (1, 4, 13, 29, 42, 51, 91, 193, 409, 1048, 2048, 4096, 10000),
+         "scal_iters": 25, "oracles": ("exact", "region_graph"), "scal_budget": math.inf,
+         "parts": ("adult", "scalability")}
 
 
 def adult_cliques(domain: Domain, k: int = 32, seed: int = 0) -> list[tuple[str, ...]]:
@@ -106,7 +110,7 @@ def _oracles() -> dict[str, Any]:
             "region_graph": partial(ConvexGBPOracle, iters=5)}
 
 
-def _adult(cfg: dict, verbose: bool) -> tuple[list[dict], list[dict]]:
+def _adult(cfg: dict, verbose: bool, log: Path | None = None) -> tuple[list[dict], list[dict]]:
     data = load_demo()
     dom = data.domain
     cliques = adult_cliques(dom)
@@ -134,6 +138,8 @@ def _adult(cfg: dict, verbose: bool) -> tuple[list[dict], list[dict]]:
                                                                                strict=True)},
                          truth, total)
             for name, factory in _oracles().items():
+                if name not in cfg["oracles"]:
+                    continue
                 iters = cfg["iters_exact"] if name == "exact" else cfg["iters_approx"]
                 t0 = time.perf_counter()
                 fit = prox_pgm(ms, network, total_count=total, iters=iters, oracle=factory,
@@ -142,7 +148,11 @@ def _adult(cfg: dict, verbose: bool) -> tuple[list[dict], list[dict]]:
                 rows.append({"epsilon": eps, "oracle": name, "trial": trial, "error": err,
                              "noisy_error": noisy, "sigma": sigma,
                              "sigma_analytic": sigma_analytic, "iterations": fit.iterations,
-                             "seconds": time.perf_counter() - t0})
+                             "converged": fit.converged,
+                             "seconds": time.perf_counter() - t0,
+                             "load_average": os.getloadavg()[0]})
+                if log is not None:
+                    _write_csv(log, rows)
                 if verbose:
                     print(f"eps={eps:g} {name} trial {trial}: error {err:.4f} "
                           f"({fit.iterations} it, {rows[-1]['seconds']:.0f}s)", flush=True)
@@ -151,6 +161,8 @@ def _adult(cfg: dict, verbose: bool) -> tuple[list[dict], list[dict]]:
         paper = PAPER[eps]
         for j, name in enumerate(("exact", "region_graph")):
             errs = [r["error"] for r in rows if r["epsilon"] == eps and r["oracle"] == name]
+            if not errs:
+                continue
             summary.append({"epsilon": eps, "oracle": name, "mean_error": float(np.mean(errs)),
                             "sd_error": float(np.std(errs, ddof=1)) if len(errs) > 1 else 0.0,
                             "trials": len(errs), "paper_mean": paper[2 * j],
@@ -161,14 +173,23 @@ def _adult(cfg: dict, verbose: bool) -> tuple[list[dict], list[dict]]:
     return rows, summary
 
 
-def _scalability(cfg: dict, verbose: bool) -> list[dict]:
+def _scalability(cfg: dict, verbose: bool, log: Path | None = None) -> list[dict]:
     d, k = 100, 10
     dom = Domain({f"x{i}": k for i in range(d)})
     rng = np.random.RandomState(0)
     records = rng.randint(0, k, size=(10_000, d))
     triples = list(itertools.combinations(range(d), 3))
-    rows = []
+    rows: list[dict] = []
+    start = time.perf_counter()
     for m in cfg["scal_m"]:
+        if rows and time.perf_counter() - start > cfg["scal_budget"]:
+            rows.append({"m": m, "oracle": "-", "cells": float("nan"), "state_mb": float("nan"),
+                         "seconds_per_iteration": float("nan"),
+                         "status": f"not run (time budget {cfg['scal_budget']:g}s spent)",
+                         "load_average": os.getloadavg()[0]})
+            if log is not None:
+                _write_csv(log, rows)
+            break
         idx = rng.choice(len(triples), m, replace=False)
         cliques = [tuple(f"x{i}" for i in triples[j]) for j in idx]
         tables = count(records, cliques, dom)
@@ -180,6 +201,8 @@ def _scalability(cfg: dict, verbose: bool) -> list[dict]:
                           Laplace(scale)) for i, c in enumerate(cliques)]
         net = MarkovNetwork(dom, cliques)
         for name, factory in _oracles().items():
+            if name not in cfg["oracles"]:
+                continue
             if name == "exact":
                 cells = float(net.junction_tree_for("min_size").num_cells)
             else:
@@ -200,7 +223,10 @@ def _scalability(cfg: dict, verbose: bool) -> list[dict]:
                                                     / max(fit.iterations, 1))
                 except (MemoryError, RuntimeError) as err:  # XLA out-of-memory
                     row["status"] = f"failed: {type(err).__name__}"
+            row["load_average"] = os.getloadavg()[0]
             rows.append(row)
+            if log is not None:
+                _write_csv(log, rows)
             if verbose:
                 print(f"m={m} {name}: {row['status']} {row['seconds_per_iteration']:.3g}s/it "
                       f"{row['state_mb']:.3g}MB", flush=True)
@@ -215,41 +241,44 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def _plots(out: Path, summary: list[dict], scal: list[dict]) -> None:
+    """Write ``adult_errors.png`` and ``scalability.png`` for the parts that ran."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, color in (("exact", "C0"), ("region_graph", "C1")):
-        rows = [r for r in summary if r["oracle"] == name]
-        eps = [r["epsilon"] for r in rows]
-        ax.errorbar(eps, [r["mean_error"] for r in rows], [r["sd_error"] for r in rows],
-                    marker="o", color=color, label=f"{name} (ours)")
-        peps = sorted(PAPER)
-        ax.plot(peps, [PAPER[e][0 if name == "exact" else 2] for e in peps], "--",
-                color=color, alpha=0.6, label=f"{name} (paper)")
-    ax.set(xscale="log", yscale="log", xlabel="ε (δ = 1e-6)", ylabel="mean TVD, 32 marginals",
-           title="Adult, 32 random 2-way marginals (App. C.4)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "adult_errors.png", dpi=120)
-    plt.close(fig)
+    if summary:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, color in (("exact", "C0"), ("region_graph", "C1")):
+            rows = [r for r in summary if r["oracle"] == name]
+            eps = [r["epsilon"] for r in rows]
+            ax.errorbar(eps, [r["mean_error"] for r in rows], [r["sd_error"] for r in rows],
+                        marker="o", color=color, label=f"{name} (ours)")
+            peps = sorted(PAPER)
+            ax.plot(peps, [PAPER[e][0 if name == "exact" else 2] for e in peps], "--",
+                    color=color, alpha=0.6, label=f"{name} (paper)")
+        ax.set(xscale="log", yscale="log", xlabel="ε (δ = 1e-6)", ylabel="mean TVD, 32 marginals",
+               title="Adult, 32 random 2-way marginals (App. C.4)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "adult_errors.png", dpi=120)
+        plt.close(fig)
+    if scal:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, color in (("exact", "C0"), ("region_graph", "C1")):
+            rows = [r for r in scal if r["oracle"] == name and r["status"] == "ok"]
+            ax.plot([r["m"] for r in rows], [r["seconds_per_iteration"] for r in rows], "o-",
+                    color=color, label=name)
+        ax.set(xscale="log", yscale="log", xlabel="number of random 3-way cliques",
+               ylabel="seconds per iteration", title="100 attributes, domain 10 (Fig. 2c)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "scalability.png", dpi=120)
+        plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, color in (("exact", "C0"), ("region_graph", "C1")):
-        rows = [r for r in scal if r["oracle"] == name and r["status"] == "ok"]
-        ax.plot([r["m"] for r in rows], [r["seconds_per_iteration"] for r in rows], "o-",
-                color=color, label=name)
-    ax.set(xscale="log", yscale="log", xlabel="number of random 3-way cliques",
-           ylabel="seconds per iteration", title="100 attributes, domain 10 (Fig. 2c)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "scalability.png", dpi=120)
-    plt.close(fig)
 
-
-def run(out_dir: str | Path, quick: bool = False, verbose: bool = False) -> Path:
+def run(out_dir: str | Path, quick: bool = False, verbose: bool = False,
+        **overrides: Any) -> Path:
     """Run the study and write its tables and figures (see the module notes).
 
     Parameters
@@ -259,33 +288,60 @@ def run(out_dir: str | Path, quick: bool = False, verbose: bool = False) -> Path
     quick : bool
         Two ε values (0.1, 10), one trial, 8 exact and 300 region-graph iterations, up to 24
         cliques in the scalability study: a few minutes on two cores. The full mode follows the
-        paper (five ε, five trials, 10,000 iterations; scalability up to 1,048 cliques) and
-        takes days for the exact oracle on a CPU (about 1.5 s per iteration on two cores).
+        paper (five ε, five trials, 10,000 iterations; scalability up to 10⁴ cliques) and
+        takes days for the exact oracle on a CPU (about 1.2 s per iteration on two cores).
     verbose : bool
         Print progress.
+    **overrides
+        Replace settings of the chosen mode (for bounded runs): ``epsilons`` (values among
+        ``SIGMA_RDP``), ``trials``, ``iters_exact``, ``iters_approx``, ``oracles`` (a subset of
+        ``("exact", "region_graph")``), ``parts`` (a subset of ``("adult", "scalability")``),
+        ``scal_m`` (clique counts), ``scal_iters`` and ``scal_budget`` (seconds after which
+        no further clique count is started). Rows are written to the CSV files as they finish.
 
     Returns
     -------
     Path
         The output folder.
+
+    Raises
+    ------
+    ValueError
+        An unknown override, an ε without a tabulated σ, or an unknown oracle or part.
     """
     if not jax.config.jax_enable_x64:
         raise RuntimeError("enable float64 first: numpyro.enable_x64()")
+    cfg = dict(_QUICK if quick else _FULL)
+    unknown = set(overrides) - set(cfg)
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}; valid: {sorted(cfg)}")
+    cfg.update(overrides)
+    if not set(cfg["epsilons"]) <= set(SIGMA_RDP):
+        raise ValueError(f"epsilons must be among {sorted(SIGMA_RDP)}, got {cfg['epsilons']}")
+    if not set(cfg["oracles"]) <= {"exact", "region_graph"} or not cfg["oracles"]:
+        raise ValueError(f"oracles must be a non-empty subset of ('exact', 'region_graph'), "
+                         f"got {cfg['oracles']!r}")
+    if not set(cfg["parts"]) <= {"adult", "scalability"} or not cfg["parts"]:
+        raise ValueError(f"parts must be a non-empty subset of ('adult', 'scalability'), "
+                         f"got {cfg['parts']!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = _QUICK if quick else _FULL
     start = time.perf_counter()
-    rows, summary = _adult(cfg, verbose)
-    scal = _scalability(cfg, verbose)
-    _write_csv(out / "adult_errors.csv", rows)
-    _write_csv(out / "adult_summary.csv", summary)
-    _write_csv(out / "scalability.csv", scal)
-    _write_csv(out / "adult_config.csv", [{
-        "mode": "quick" if quick else "full", "epsilons": " ".join(map(str, cfg["epsilons"])),
-        "trials": cfg["trials"], "iters_exact": cfg["iters_exact"],
-        "iters_region_graph": cfg["iters_approx"], "exact_triangulation": "min_size",
-        "region_graph_sweeps_per_call": 5, "delta": DELTA, "calibration":
-        "add/remove, sigma = sigma_RDP(eps, delta) * sqrt(32) (the paper's)",
-        "seconds": time.perf_counter() - start}])
+    summary: list[dict] = []
+    scal: list[dict] = []
+    if "adult" in cfg["parts"]:
+        rows, summary = _adult(cfg, verbose, out / "adult_errors.csv")
+        _write_csv(out / "adult_summary.csv", summary)
+        _write_csv(out / "adult_config.csv", [{
+            "mode": "quick" if quick else "full",
+            "epsilons": " ".join(map(str, cfg["epsilons"])),
+            "trials": cfg["trials"], "iters_exact": cfg["iters_exact"],
+            "iters_region_graph": cfg["iters_approx"], "oracles": " ".join(cfg["oracles"]),
+            "exact_triangulation": "min_size", "region_graph_sweeps_per_call": 5,
+            "delta": DELTA, "calibration":
+            "add/remove, sigma = sigma_RDP(eps, delta) * sqrt(32) (the paper's)",
+            "seconds": time.perf_counter() - start, "load_average": os.getloadavg()[0]}])
+    if "scalability" in cfg["parts"]:
+        scal = _scalability(cfg, verbose, out / "scalability.csv")
     _plots(out, summary, scal)
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 
 import numpy as np
+import pytest
 
 from numpyro_dpgm.experiments import mckenna2021
 
@@ -40,3 +41,25 @@ def test_quick_run_writes_tables_and_figures(tmp_path):
     assert {r["oracle"] for r in scal} == {"exact", "region_graph"}
     times = [float(r["seconds_per_iteration"]) for r in scal if r["status"] == "ok"]
     assert times and all(np.isfinite(times)) and min(times) > 0
+
+
+def test_overrides_are_validated(tmp_path):
+    with pytest.raises(ValueError, match="unknown settings"):
+        mckenna2021.run(tmp_path, quick=True, iterations=5)
+    with pytest.raises(ValueError, match="epsilons must be among"):
+        mckenna2021.run(tmp_path, quick=True, epsilons=(0.5,))
+    with pytest.raises(ValueError, match="oracles must be"):
+        mckenna2021.run(tmp_path, quick=True, oracles=("mbi",))
+    with pytest.raises(ValueError, match="parts must be"):
+        mckenna2021.run(tmp_path, quick=True, parts=())
+
+
+def test_scalability_budget_stops_before_the_next_clique_count(tmp_path):
+    # a zero budget: the first clique count is timed, the next is recorded as not run
+    mckenna2021.run(tmp_path, quick=True, parts=("scalability",), scal_m=(1, 2),
+                    scal_iters=2, scal_budget=0.0, oracles=("region_graph",))
+    rows = _rows(tmp_path / "scalability.csv")
+    assert [(r["m"], r["status"]) for r in rows][0] == ("1", "ok")
+    assert rows[1]["m"] == "2" and rows[1]["status"].startswith("not run (time budget")
+    assert (tmp_path / "scalability.png").stat().st_size > 0
+    assert not (tmp_path / "adult_errors.png").exists()
