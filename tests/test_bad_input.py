@@ -1,0 +1,333 @@
+"""Bad-input corpus: every public entry point fed malformed input raises a clear error.
+
+Each case names the call, the exception type and a fragment of its message (what is wrong and,
+where the library says it, what to do). Inputs: wrong shapes, dtypes, NaN/inf, negative
+counts, unknown attributes, mismatched domains, ε ≤ 0, δ ∉ (0, 1), float32 where float64 is
+needed. The checks run before any program is compiled, so the corpus is cheap.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+from numpyro_dpgm import CliqueTables, Domain, MarkovNetwork, MarkovRandomField, count, metrics
+from numpyro_dpgm._precision import Float32Warning
+from numpyro_dpgm.data import count_file
+from numpyro_dpgm.distributions import CollectiveGraphicalModel, GaussianNoise, LaplaceNoise
+from numpyro_dpgm.estimation import (
+    cgm_em,
+    learn_ising,
+    learn_pairwise,
+    mwem_pgm,
+    naive_mle,
+    private_frank_wolfe,
+    prox_pgm,
+)
+from numpyro_dpgm.inference import junction_tree as jt
+from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
+from numpyro_dpgm.privacy import (
+    ZCDP,
+    ApproxDP,
+    BudgetExceededError,
+    PrivacyBudget,
+    PrivacyLedger,
+    PureDP,
+    release,
+    simulate_release,
+)
+
+D = Domain({"a": 2, "b": 3, "c": 2})
+NET = MarkovNetwork(D, [("a", "b"), ("b", "c")])
+X = np.array([[0, 1, 0], [1, 2, 1], [0, 0, 1], [1, 1, 0]])
+KEY = jax.random.key(0)
+THETA = jnp.zeros(NET.num_params)
+OTHER = Domain({"a": 2, "b": 2, "c": 2})
+
+
+def _meas(clique: tuple[str, ...] = ("a", "b"), values: Any = None, noise: Any = None) -> Any:
+    values = np.zeros(D.size(clique)) if values is None else values
+    return Measurement(clique, values, Laplace(1.0) if noise is None else noise)
+
+
+def _good() -> list[Measurement]:
+    return [_meas(("a", "b")), _meas(("b", "c"))]
+
+
+def _nan_records() -> np.ndarray:
+    x = X.astype(float)
+    x[2, 1] = np.nan
+    return x
+
+
+def _overspend() -> None:
+    ledger = PrivacyLedger(1.0)
+    release(X, NET, 0.6, domain=D, ledger=ledger)
+    release(X, NET, 0.6, domain=D, ledger=ledger)
+
+
+EPS_MSG = "epsilon must be a positive finite number"
+DELTA_MSG = "delta must lie strictly between 0 and 1"
+
+# (id, call, exception type, message fragment as a regex)
+CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
+    # Domain
+    ("domain-list", lambda: Domain([("a", 2)]), TypeError, "expects a mapping"),
+    ("domain-zero", lambda: Domain({"a": 0}), ValueError, "must be at least 1, got 0"),
+    ("domain-negative", lambda: Domain({"a": -2}), ValueError, "must be at least 1"),
+    ("domain-float", lambda: Domain({"a": 2.5}), TypeError, "must be an integer, got 2.5"),
+    ("domain-nan", lambda: Domain({"a": float("nan")}), TypeError, "must be an integer"),
+    ("domain-name", lambda: Domain({"": 2}), TypeError, "non-empty strings"),
+    # MarkovNetwork
+    ("net-unknown-attr", lambda: MarkovNetwork(D, [("a", "z")]), KeyError,
+     r"unknown attribute\(s\) \['z'\]"),
+    ("net-empty-clique", lambda: MarkovNetwork(D, [()]), ValueError, "empty clique"),
+    ("net-repeated-attr", lambda: MarkovNetwork(D, [("a", "a")]), ValueError, "repeats"),
+    ("net-string-cliques", lambda: MarkovNetwork(D, "ab"), TypeError,
+     "sequence of tuples"),
+    ("net-flatten-shape", lambda: NET.flatten({("a", "b"): np.zeros((3, 2)),
+                                               ("b", "c"): np.zeros((3, 2))}),
+     ValueError, r"has shape \(3, 2\); expected"),
+    ("net-unflatten-length", lambda: NET.unflatten(np.zeros(5)), ValueError,
+     r"shape \(5,\); the network expects \(\.\.\., 12\)"),
+    # CliqueTables
+    ("tables-not-mapping", lambda: CliqueTables([1, 2]), TypeError, "expects a mapping"),
+    ("tables-axes", lambda: CliqueTables({("a", "b"): np.zeros(2)}), ValueError,
+     "has 1 axes; it needs one per attribute"),
+    ("tables-mismatched", lambda: CliqueTables({("a",): np.ones(2)}) + CliqueTables(
+        {("b",): np.ones(3)}), ValueError, "different cliques"),
+    # count
+    ("count-shape", lambda: count(np.zeros((4, 2), int), NET.cliques, D), ValueError,
+     r"shape \(4, 2\); expected \(num_records, 3\)"),
+    ("count-nan", lambda: count(_nan_records(), NET.cliques, D), ValueError,
+     r"column 'b' has 1 missing or non-finite"),
+    ("count-inf", lambda: count(np.where(X == 2, np.inf, X), NET.cliques, D), ValueError,
+     "column 'b' has 1 missing or non-finite"),
+    ("count-out-of-domain", lambda: count(X, NET.cliques, OTHER), ValueError,
+     r"column 'b' has 1 code\(s\) outside 0..1"),
+    ("count-negative-code", lambda: count(-X, NET.cliques, D), ValueError, "outside 0..1"),
+    ("count-fraction", lambda: count(X + 0.5, NET.cliques, D), ValueError, "non-integer value"),
+    ("count-strings", lambda: count(X.astype(str), NET.cliques, D), TypeError,
+     "column 'a' has dtype <U"),
+    ("count-unknown-attr", lambda: count(X, [("a", "z")], D), KeyError, "'z'"),
+    ("count-missing-column", lambda: count(pd.DataFrame(X[:, :2], columns=["a", "b"]),
+                                           NET.cliques, D), KeyError, "no column 'c'"),
+    ("count-negative-weights", lambda: count(X, NET.cliques, D, weights=-np.ones(4)),
+     ValueError, "non-negative"),
+    ("count-nan-weights", lambda: count(X, NET.cliques, D, weights=[1, np.nan, 1, 1]),
+     ValueError, "finite"),
+    ("count-weights-shape", lambda: count(X, NET.cliques, D, weights=np.ones(3)), ValueError,
+     r"weights have shape \(3,\); expected \(4,\)"),
+    ("count-file-missing", lambda: count_file("/nonexistent/records.csv", NET.cliques, D),
+     FileNotFoundError, "no such file"),
+    # release / simulate_release
+    ("release-eps-zero", lambda: release(X, NET, 0.0, domain=D), ValueError, EPS_MSG),
+    ("release-eps-negative", lambda: release(X, NET, -1.0, domain=D), ValueError, EPS_MSG),
+    ("release-eps-nan", lambda: release(X, NET, float("nan"), domain=D), ValueError, EPS_MSG),
+    ("release-eps-inf", lambda: release(X, NET, float("inf"), domain=D), ValueError, EPS_MSG),
+    ("release-delta-zero", lambda: release(X, NET, ApproxDP(1.0, 0.0), domain=D,
+                                           mechanism="gaussian"), ValueError, DELTA_MSG),
+    ("release-delta-one", lambda: release(X, NET, ApproxDP(1.0, 1.0), domain=D,
+                                          mechanism="gaussian"), ValueError, DELTA_MSG),
+    ("release-delta-negative", lambda: ApproxDP(1.0, -1e-6), ValueError, DELTA_MSG),
+    ("release-unknown-attr", lambda: release(X, [("a", "z")], 1.0, domain=D), KeyError,
+     r"unknown attribute\(s\) \['z'\]"),
+    ("release-mismatched-domain", lambda: release(X, MarkovNetwork(OTHER, [("a", "b")]), 1.0),
+     ValueError, r"column 'b' has 1 code\(s\) outside 0..1"),
+    ("release-mechanism", lambda: release(X, NET, 1.0, domain=D, mechanism="exponential"),
+     ValueError, "unknown mechanism 'exponential'"),
+    ("release-nan-records", lambda: release(_nan_records(), NET, 1.0, domain=D), ValueError,
+     "missing or non-finite"),
+    ("release-weight-above-bound", lambda: release(X, NET, 1.0, domain=D,
+                                                   weights=[1, 2, 1, 1]),
+     ValueError, "per-person bound"),
+    ("simulate-no-key", lambda: simulate_release(X, NET, 1.0, None, domain=D), ValueError,
+     "needs rng=, a JAX PRNG key"),
+    ("simulate-sampler", lambda: simulate_release(X, NET, 1.0, KEY, domain=D, sampler="jax"),
+     TypeError, "fixes sampler='jax'"),
+    # budgets and ledger
+    ("budget-negative", lambda: PrivacyBudget(-1.0), ValueError, EPS_MSG),
+    ("pure-nan", lambda: PureDP(float("nan")), ValueError, EPS_MSG),
+    ("zcdp-negative", lambda: ZCDP(-0.1), ValueError, "rho .* must be a positive finite"),
+    ("ledger-zero", lambda: PrivacyLedger(0.0), ValueError, EPS_MSG),
+    ("ledger-overspend", _overspend, BudgetExceededError,
+     "costs ε = 0.6 but only ε = 0.4 is left. Nothing was charged"),
+    # MarkovRandomField
+    ("mrf-theta-shape", lambda: MarkovRandomField(NET, jnp.zeros(3)), ValueError,
+     r"theta has shape \(3,\); this network needs \(\.\.\., 12\)"),
+    ("mrf-theta-nan", lambda: MarkovRandomField(NET, jnp.full(NET.num_params, jnp.nan)),
+     ValueError, "invalid theta"),
+    ("mrf-theta-inf", lambda: MarkovRandomField(NET, jnp.full(NET.num_params, jnp.inf)),
+     ValueError, "invalid theta"),
+    ("mrf-network-type", lambda: MarkovRandomField("net", THETA), TypeError,
+     "network must be a MarkovNetwork, got str"),
+    ("mrf-record-width", lambda: MarkovRandomField(NET, THETA).log_prob(jnp.array([0, 1])),
+     ValueError, r"records have shape \(2,\); expected \(\.\.\., 3\)"),
+    ("mrf-record-float", lambda: MarkovRandomField(NET, THETA).log_prob(jnp.array([0.5, 1, 0])),
+     TypeError, "records must be integer codes"),
+    ("mrf-marginal-unknown", lambda: MarkovRandomField(NET, THETA).marginal(("z",)), KeyError,
+     "unknown attribute"),
+    # CollectiveGraphicalModel
+    ("cgm-negative-total", lambda: CollectiveGraphicalModel(NET, THETA, -5), ValueError,
+     "total_count must be a non-negative integer, got -5"),
+    ("cgm-nan-total", lambda: CollectiveGraphicalModel(NET, THETA, float("nan")), ValueError,
+     "total_count must be a non-negative integer"),
+    ("cgm-fractional-total", lambda: CollectiveGraphicalModel(NET, THETA, 2.5), ValueError,
+     "non-negative integer, got 2.5"),
+    ("cgm-theta-shape", lambda: CollectiveGraphicalModel(NET, jnp.zeros(2), 10), ValueError,
+     r"theta has shape \(2,\)"),
+    # noise models and specs
+    ("laplace-negative-scale", lambda: LaplaceNoise(jnp.zeros(3), -1.0), ValueError,
+     "invalid scale"),
+    ("laplace-zero-scale", lambda: LaplaceNoise(jnp.zeros(3), 0.0), ValueError,
+     "invalid scale"),
+    ("laplace-nan-loc", lambda: LaplaceNoise(jnp.array([0.0, jnp.nan]), 1.0), ValueError,
+     "invalid loc"),
+    ("gaussian-negative-scale", lambda: GaussianNoise(jnp.zeros(3), -1.0), ValueError,
+     "invalid scale"),
+    ("gaussian-scalar-loc", lambda: GaussianNoise(0.0, 1.0), ValueError, "needs a vector loc"),
+    ("spec-laplace-negative", lambda: Laplace(-1.0), ValueError,
+     "scale must be a positive finite number"),
+    ("spec-gaussian-nan", lambda: Gaussian(float("nan")), ValueError, "positive finite"),
+    ("measurement-nan", lambda: _meas(values=np.full(6, np.nan)), ValueError,
+     "has non-finite values"),
+    ("measurement-noise-type", lambda: Measurement(("a", "b"), np.zeros(6), 1.0), TypeError,
+     "noise must be a NoiseSpec"),
+    # estimators
+    ("naive-negative-total", lambda: naive_mle(_good(), NET, -10), ValueError,
+     "total_count must be a positive number"),
+    ("naive-nan-total", lambda: naive_mle(_good(), NET, float("nan")), ValueError,
+     "total_count must be a positive number"),
+    ("naive-no-measurements", lambda: naive_mle([], NET, 10), ValueError,
+     "at least one measurement"),
+    ("naive-mismatched-cells", lambda: naive_mle([_meas(values=np.zeros(4))], NET, 10),
+     ValueError, "covers 4 cells; the domain gives that clique 6 cells"),
+    ("naive-unknown-clique", lambda: naive_mle([_meas(("a", "z"), np.zeros(6))], NET, 10),
+     KeyError, "unknown attribute"),
+    ("naive-negative-l2", lambda: naive_mle(_good(), NET, 10, l2=-1.0), ValueError,
+     "l2 must be finite and non-negative"),
+    ("cgm-em-negative-total", lambda: cgm_em(_good(), NET, -10), ValueError,
+     "total_count must be positive"),
+    ("cgm-em-iterations", lambda: cgm_em(_good(), NET, 10, max_em_iters=-1), ValueError,
+     "max_em_iters must be >= 0"),
+    ("cgm-em-init", lambda: cgm_em(_good(), NET, 10, init="random"), ValueError,
+     "init must be 'naive', 'zeros' or an array"),
+    ("prox-negative-total", lambda: prox_pgm(_good(), NET, -10, iters=5), ValueError,
+     "total_count must be a positive finite number"),
+    ("prox-inf-total", lambda: prox_pgm(_good(), NET, float("inf"), iters=5), ValueError,
+     "total_count must be a positive finite number"),
+    ("prox-iterations", lambda: prox_pgm(_good(), NET, 10, iters=0), ValueError,
+     "iters must be a positive integer"),
+    ("prox-oracle", lambda: prox_pgm(_good(), NET, 10, iters=5, oracle="bp"), ValueError,
+     "unknown oracle 'bp'"),
+    ("prox-mismatched-domain", lambda: prox_pgm(_good(), MarkovNetwork(OTHER, [("a", "b")]), 10,
+                                                iters=5), ValueError,
+     "has 6 values; an identity query of that clique has 4 cells"),
+    ("mwem-eps-zero", lambda: mwem_pgm(X, D, [("a", "b")], 0.0, 2, key=KEY), ValueError,
+     EPS_MSG),
+    ("mwem-rounds", lambda: mwem_pgm(X, D, [("a", "b")], 1.0, 0, key=KEY), ValueError,
+     "rounds must be a positive integer"),
+    ("mwem-unknown-attr", lambda: mwem_pgm(X, D, [("a", "z")], 1.0, 2, key=KEY), KeyError,
+     "unknown attribute"),
+    ("ising-rho-negative", lambda: learn_ising(np.ones((10, 3)), -1.0, width=1.0, key=KEY),
+     ValueError, "must be a positive finite number"),
+    ("ising-not-binary", lambda: learn_ising(np.full((10, 3), 2), 1.0, width=1.0, key=KEY),
+     ValueError, "Ising data must be binary"),
+    ("ising-nan", lambda: learn_ising(np.full((10, 3), np.nan), 1.0, width=1.0, key=KEY),
+     ValueError, "must be binary"),
+    ("ising-width", lambda: learn_ising(np.ones((10, 3)), 1.0, width=-1.0, key=KEY),
+     ValueError, "width .* must be > 0"),
+    ("pairwise-rho-negative", lambda: learn_pairwise(np.zeros((10, 3), int), -1.0, width=1.0,
+                                                     key=KEY, domain=2),
+     ValueError, "must be a positive finite number"),
+    ("frank-wolfe-labels-shape", lambda: private_frank_wolfe(np.zeros((10, 3)), np.ones(9), 1.0,
+                                                             radius=1.0, key=KEY),
+     ValueError, r"labels must have shape \(10,\), got \(9,\)"),
+    ("frank-wolfe-labels", lambda: private_frank_wolfe(np.zeros((10, 3)), np.zeros(10), 1.0,
+                                                       radius=1.0, key=KEY),
+     ValueError, "labels must be −1 or \\+1"),
+    # junction-tree oracle
+    ("oracle-theta-shape", lambda: jt.log_partition(NET, jnp.zeros(4)), ValueError,
+     r"theta has shape \(4,\); the network expects \(12,\)"),
+    ("oracle-method", lambda: jt.marginals(NET, THETA, method="greedy"), ValueError,
+     "unknown triangulation method 'greedy'"),
+    # metrics
+    ("kl-domains", lambda: metrics.kl_divergence(
+        MarkovRandomField(NET, THETA),
+        MarkovRandomField(MarkovNetwork(Domain({"a": 2}), [("a",)]), jnp.zeros(2))),
+     ValueError, "different domains"),
+    ("kl-type", lambda: metrics.kl_divergence(THETA, THETA), TypeError,
+     "expects MarkovRandomField"),
+    ("tv-shapes", lambda: metrics.total_variation(jnp.ones(3), jnp.ones(4)), ValueError,
+     r"different shapes \(3,\) and \(4,\)"),
+    ("tv-nan", lambda: metrics.total_variation(jnp.array([jnp.nan, 1.0]), jnp.ones(2)),
+     ValueError, "non-finite"),
+    ("l1-unknown-attr", lambda: metrics.marginal_l1_error(
+        MarkovRandomField(NET, THETA), CliqueTables({("z",): np.ones(2)})), KeyError,
+     "unknown attribute"),
+    ("l1-negative-table", lambda: metrics.marginal_l1_error(
+        MarkovRandomField(NET, THETA), CliqueTables({("a",): np.array([-1.0, 2.0])})),
+     ValueError, "non-negative with a positive sum"),
+    ("l1-zero-table", lambda: metrics.marginal_l1_error(
+        MarkovRandomField(NET, THETA), CliqueTables({("a",): np.zeros(2)})), ValueError,
+     "positive sum"),
+    ("l1-wrong-shape", lambda: metrics.marginal_l1_error(
+        MarkovRandomField(NET, THETA), CliqueTables({("a",): np.ones(3)})), ValueError,
+     "different shapes"),
+]
+
+
+@pytest.mark.parametrize("call,error,message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_raises_a_clear_error(call: Callable[[], Any], error: type, message: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", message="Out-of-support")  # the error follows
+        with pytest.raises(error, match=message):
+            call()
+
+
+@pytest.mark.filterwarnings("ignore:Out-of-support")
+def test_out_of_domain_records_have_probability_zero() -> None:
+    """Validated or not, a record outside the domain gets log-probability -inf (not garbage)."""
+    mrf = MarkovRandomField(NET, THETA)
+    lp = np.asarray(mrf.log_prob(jnp.array([[0, 3, 0], [0, -1, 1], [1, 2, 1]])))
+    assert lp[0] == lp[1] == -np.inf
+    assert lp[2] == pytest.approx(-np.log(12))
+    with pytest.warns(UserWarning, match="Out-of-support"):
+        lp = MarkovRandomField(NET, THETA, validate_args=True).log_prob(jnp.array([0, 5, 0]))
+    assert float(lp) == -np.inf
+
+
+def test_counts_are_float64_whatever_the_input_dtype() -> None:
+    for dtype in (np.int8, np.int32, np.float32, np.float64):
+        tables = count(X.astype(dtype), NET.cliques, D)
+        assert all(t.dtype == np.float64 for t in tables.values())
+        np.testing.assert_array_equal(tables[("a", "b")].sum(), 4)
+
+
+@pytest.fixture
+def float32_mode():
+    """JAX's 64-bit mode off for one test (restored afterwards)."""
+    jax.config.update("jax_enable_x64", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", True)
+
+
+def test_float32_mode_warns(float32_mode) -> None:
+    """Without 64-bit mode, the routines that need float64 say so (and how to fix it)."""
+    theta = jnp.zeros(NET.num_params)
+    assert theta.dtype == jnp.float32
+    for call in (lambda: MarkovRandomField(NET, theta),
+                 lambda: CollectiveGraphicalModel(NET, theta, 10),
+                 lambda: jt.log_partition(NET, theta)):
+        with pytest.warns(Float32Warning, match="numpyro.enable_x64"):
+            call()
