@@ -74,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "benchmarks/napsu_coverage_runner.py run with twinify)")
     parser.add_argument("--releases-out", type=Path, default=None,
                         help="also write every release (noisy tables, σ) to this JSON")
+    parser.add_argument("--releases-only", action="store_true",
+                        help="only draw the releases (as the full run does) and write them to "
+                             "--releases-out, for the NAPSU-MQ runner")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
 
 
@@ -150,6 +153,22 @@ def _release(joint: np.ndarray, n: int, eps: float, key: Any, domain: Any) -> tu
     return recs, ms
 
 
+def setting_keys(pop: str, eps: float, args: argparse.Namespace) -> list[Any]:
+    """Per repetition: keys of the release, NUTS, the synthetic data and the naive data set."""
+    import jax
+
+    base = jax.random.fold_in(jax.random.key(args.seed), int(eps * 1000) + (pop == "adult"))
+    return [jax.random.split(jax.random.fold_in(base, rep), 4) for rep in range(args.reps)]
+
+
+def release_record(pop: str, eps: float, rep: int, n: int, ms: list, truth: dict
+                   ) -> dict[str, Any]:
+    """A release as plain JSON (for the NAPSU-MQ runner)."""
+    return {"population": pop, "epsilon": eps, "rep": rep, "N": n,
+            "cliques": [list(m.clique) for m in ms], "values": [m.values.tolist() for m in ms],
+            "sigma": float(ms[0].noise.sigma), "truth": truth}
+
+
 def key_data(key: Any) -> Any:
     import jax
 
@@ -201,7 +220,6 @@ def nuts_batch(model: Any, ys: np.ndarray, key: Any, warmup: int, samples: int
 
 def run_setting(pop: str, eps: float, args: argparse.Namespace,
                 releases: list | None = None) -> list[dict[str, Any]]:
-    import jax
 
     from numpyro_dpgm import MarkovNetwork, MarkovRandomField
     from numpyro_dpgm.combining import normal_interval, rubin
@@ -214,12 +232,12 @@ def run_setting(pop: str, eps: float, args: argparse.Namespace,
     net = MarkovNetwork(dict.fromkeys(ATTRS, 2), NETWORK_CLIQUES)
     net_em = net.with_cliques(CLIQUES)  # naive_mle needs every measured clique in the network
     n = args.N
-    base = jax.random.fold_in(jax.random.key(args.seed), int(eps * 1000) + (pop == "adult"))
+    all_keys = setting_keys(pop, eps, args)
     rows = []
     model = None
     for start in range(0, args.reps, args.batch):
         reps = range(start, min(start + args.batch, args.reps))
-        keys = [jax.random.split(jax.random.fold_in(base, rep), 4) for rep in reps]
+        keys = all_keys[start:reps[-1] + 1]
         t0 = time.perf_counter()
         released = [_release(joint, n, eps, k[0], net.domain)[1] for k in keys]
         ys = np.stack([np.concatenate([m.values for m in ms]) for ms in released])
@@ -231,10 +249,7 @@ def run_setting(pop: str, eps: float, args: argparse.Namespace,
         for j, (rep, k, ms) in enumerate(zip(reps, keys, released, strict=True)):
             t1 = time.perf_counter()
             if releases is not None:
-                releases.append({"population": pop, "epsilon": eps, "rep": rep, "N": n,
-                                 "cliques": [list(m.clique) for m in ms],
-                                 "values": [m.values.tolist() for m in ms],
-                                 "sigma": float(ms[0].noise.sigma), "truth": truth})
+                releases.append(release_record(pop, eps, rep, n, ms, truth))
             frames = synthesize(MarkovRandomField(net, thetas[j]), n, args.m, rng=k[2])
             results = [analysis(f) for f in frames]
             combined = rubin(np.array([r[0] for r in results]), np.array([r[1] for r in results]))
@@ -265,6 +280,111 @@ def run_setting(pop: str, eps: float, args: argparse.Namespace,
     return rows
 
 
+def draw_releases(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every release of the study (the same draws as :func:`run_setting`), as JSON records."""
+    from numpyro_dpgm import Domain
+
+    domain = Domain(dict.fromkeys(ATTRS, 2))
+    out = []
+    for pop in args.populations:
+        joint = population(pop)
+        truth = truths(joint)
+        for eps in args.epsilons:
+            for rep, k in enumerate(setting_keys(pop, eps, args)):
+                ms = _release(joint, args.N, eps, k[0], domain)[1]
+                out.append(release_record(pop, eps, rep, args.N, ms, truth))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# NAPSU-MQ (twinify) on the same releases: run with a Python that has twinify installed
+# ------------------------------------------------------------------------------------------------
+def napsu_rows(release: dict[str, Any], m: int, seed: int, chains: int, warmup: int,
+               samples: int) -> list[dict[str, Any]]:
+    """NAPSU-MQ (Räisä et al. 2023, twinify 2.0.0) on one release of :func:`draw_releases`.
+
+    Its canonical queries for the cliques ``(y, x1)``, ``(y, x2)`` are cells of the released
+    2-way tables; their noisy values (Gaussian, the release's σ) are NAPSU-MQ's noisy sufficient
+    statistics. Inference as ``NapsuMQModel.fit`` does it (Laplace approximation, then NUTS on the
+    normalised parameters, prior σ 10), ``m`` posterior draws, one data set of ``N`` records each,
+    the same analysis, and twinify's own non-negative Rubin interval.
+    """
+    import jax
+    from twinify.napsu_mq import maximum_entropy_inference as mei
+    from twinify.napsu_mq import rubins_rules
+    from twinify.napsu_mq.marginal_query import FullMarginalQuerySet
+    from twinify.napsu_mq.markov_network import MarkovNetwork as NapsuNetwork
+
+    values_by = {a: [0, 1] for a in ATTRS}
+    queries = FullMarginalQuerySet(NETWORK_CLIQUES, values_by).get_canonical_queries()
+    tables = {tuple(c): np.asarray(v) for c, v in zip(release["cliques"], release["values"],
+                                                       strict=True)}
+    stat = []
+    for q in queries.flatten().queries:
+        feats = tuple(q.features)
+        stat.append(tables[feats][int(np.ravel_multi_index(tuple(q.value), (2,) * len(feats)))])
+    stat = np.asarray(stat, dtype=np.float32)
+    n, sigma = int(release["N"]), float(release["sigma"])
+    net = NapsuNetwork(values_by, queries)
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), release["rep"])
+    k_lap, k_mcmc, k_pick, k_syn = jax.random.split(key, 4)
+    t0 = time.perf_counter()
+    laplace, _ = mei.run_numpyro_laplace_approximation(k_lap, stat, n, sigma, net)
+    mcmc, back = mei.run_numpyro_mcmc_normalised(k_mcmc, stat, n, sigma, net, laplace,
+                                                 num_samples=samples, num_warmup=warmup,
+                                                 num_chains=chains, disable_progressbar=True)
+    lambdas = np.asarray(back(np.asarray(mcmc.get_samples()["norm_lambdas"])))
+    pick = np.asarray(jax.random.choice(k_pick, lambdas.shape[0], (m,)))
+    q, u = [], []
+    for j, key_j in zip(pick, jax.random.split(k_syn, m), strict=True):
+        frame = net.sample(key_j, lambdas[j], n)
+        est, var = analysis(frame)
+        q.append(est)
+        u.append(var)
+    q, u = np.asarray(q), np.asarray(u)
+    elapsed = time.perf_counter() - t0
+    rows = []
+    for i, name in enumerate(ESTIMANDS):
+        lo, hi = rubins_rules.non_negative_conf_int(q[:, i], u[:, i], LEVEL, n, n)
+        t = release["truth"][name]
+        rows.append({"population": release["population"], "epsilon": release["epsilon"],
+                     "rep": release["rep"], "estimand": name, "truth": t, "method": "napsu",
+                     "estimate": float(q[:, i].mean()), "lower": float(lo), "upper": float(hi),
+                     "covered": bool(lo <= t <= hi), "df": float("nan"), "adjusted": False,
+                     "divergences": -1, "seconds": elapsed})
+    return rows
+
+
+def _napsu_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="NAPSU-MQ on the coverage study's releases")
+    parser.add_argument("releases", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--m", type=int, default=40)
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=800)
+    parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--max-reps", type=int, default=None,
+                        help="only the first K repetitions of every setting")
+    parser.add_argument("--seed", type=int, default=2023)
+    args = parser.parse_args(argv)
+    releases = json.loads(args.releases.read_text())
+    if args.max_reps is not None:
+        releases = [r for r in releases if r["rep"] < args.max_reps]
+    rows: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for r in releases:
+        rows.extend(napsu_rows(r, args.m, args.seed, args.chains, args.warmup, args.samples))
+        args.out.write_text(json.dumps({"meta": {
+            "command": "python benchmarks/coverage.py " + " ".join(argv),
+            "wall_seconds": time.perf_counter() - start, "loadavg": os.getloadavg(),
+            "settings": vars(args) | {"releases": str(args.releases), "out": str(args.out)}},
+            "rows": rows}))
+        print(f"napsu {r['population']} eps={r['epsilon']} rep={r['rep']}: "
+              f"{rows[-1]['seconds']:.1f}s covered={[x['covered'] for x in rows[-2:]]} "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)
+    return 0
+
+
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Coverage (± binomial s.e.) and mean width per population, ε, estimand and method."""
     keys = sorted({(r["population"], r["epsilon"], r["estimand"], r["method"]) for r in rows})
@@ -290,6 +410,11 @@ def main(args: argparse.Namespace) -> int:
     jax.config.update("jax_enable_x64", True)
     start = time.perf_counter()
     load_start = os.getloadavg()
+    if args.releases_only:
+        if args.releases_out is None:
+            raise SystemExit("--releases-only needs --releases-out FILE")
+        args.releases_out.write_text(json.dumps(draw_releases(args)))
+        return 0
     rows: list[dict[str, Any]] = []
     releases: list[dict[str, Any]] | None = [] if args.releases_out else None
     for pop in args.populations:
@@ -325,3 +450,9 @@ def main(args: argparse.Namespace) -> int:
               f"{r['bias']:9.4f}")
     print(f"wall {meta['wall_seconds']:.0f}s, load {load_start} -> {meta['loadavg_end']}")
     return 0
+
+
+if __name__ == "__main__":  # the NAPSU-MQ runner, for an environment with twinify
+    import sys
+
+    sys.exit(_napsu_cli(sys.argv[1:]))
