@@ -233,7 +233,7 @@ def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
 def _synthetic(kind: str, k: int, sizes: Sequence[int], epsilons: Sequence[float],
                populations: int, replicates: int, psgd_replicates: int,
                timing_cell: tuple[int, float] | None, psgd_options: dict,
-               log: Any) -> tuple[list[dict], list[dict], list[dict]]:
+               log: Any, flush: Any = None) -> tuple[list[dict], list[dict], list[dict]]:
     net = synthetic_network(kind, k)
     truth = _Truth(net, dirichlet_theta(net, np.random.default_rng([2017, k, len(net.cliques)])))
     sampler = ExactSampler(truth.model)
@@ -301,6 +301,8 @@ def _synthetic(kind: str, k: int, sizes: Sequence[int], epsilons: Sequence[float
                 speed.append(_vmap_speedup(net, evidence, ys, total, lam, bj, base, n, eps))
                 timing.append(_runtime(net, evidence, ys[0], total, lam, bj, pops[0], eps,
                                        psgd_options, base, n, psgd_times, speed[-1]))
+            if flush is not None:  # a long run leaves every finished cell behind
+                flush(rows, timing, speed)
     return rows, timing, speed
 
 
@@ -594,6 +596,18 @@ def _plot_mobility(summary: list[dict], path: Path) -> None:
 # ------------------------------------------------------------------------------------------------
 # entry point
 # ------------------------------------------------------------------------------------------------
+def _write_synthetic(out: Path, rows: list[dict], timing: list[dict], speed: list[dict],
+                     kind: str, k: int) -> None:
+    """Tables and the figure of the cells finished so far."""
+    _write_csv(out / "synthetic.csv", rows)
+    summary = _summarise(rows, ("model", "k", "N", "epsilon", "method"), "kl")
+    _write_csv(out / "synthetic_summary.csv", summary)
+    if timing:
+        _write_csv(out / "runtime.csv", timing)
+        _write_csv(out / "vmap_speedup.csv", speed)
+    _plot_synthetic(summary, out / f"synthetic_{kind}_k{k}.png", kind, k)
+
+
 #: The grids. Quick: the middle of the paper's grid (N = 10⁴, ε ∈ {0.1, 1}) on both models with
 #: 3 × 3 nested trials instead of 5 × 5, and one small mobility cell.
 #: PSGD (the slowest method) gets ``psgd_replicates`` noise draws per population.
@@ -628,19 +642,16 @@ def run(out: Path | str, quick: bool = False, grid: dict | None = None,
     cell = tuple(g["timing_cell"]) if g.get("timing_cell") else None
     for k in g["k"]:
         for kind in g["models"]:
+            def flush(r: list, t: list, s: list, kind: str = kind, k: int = k,
+                      done: tuple = (rows, timing, speed)) -> None:
+                _write_synthetic(out, done[0] + r, done[1] + t, done[2] + s, kind, k)
+
             r, t, s = _synthetic(kind, k, g["sizes"], g["epsilons"], g["populations"],
-                                 g["replicates"], g["psgd_replicates"], cell, PSGD_OPTIONS, log)
+                                 g["replicates"], g["psgd_replicates"], cell, PSGD_OPTIONS, log,
+                                 flush)
             rows += r
             timing += t
             speed += s
-            # written after every model, so that a long run leaves its finished part behind
-            _write_csv(out / "synthetic.csv", rows)
-            summary = _summarise(rows, ("model", "k", "N", "epsilon", "method"), "kl")
-            _write_csv(out / "synthetic_summary.csv", summary)
-            if timing:
-                _write_csv(out / "runtime.csv", timing)
-                _write_csv(out / "vmap_speedup.csv", speed)
-            _plot_synthetic(summary, out / f"synthetic_{kind}_k{k}.png", kind, k)
     mob = g.get("mobility")
     if mob:
         mrows = _mobility(mob["sizes"], mob["epsilons"], mob["populations"],
