@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from numpyro.infer import NUTS
 
 from ..measurements import Measurement
@@ -51,7 +50,10 @@ class MCMCEStep:
         Warm-up (step size and diagonal mass matrix adaptation) of the first E-step; later
         E-steps continue the adapted chain from its last state.
     first_draws, last_draws, growth :
-        Draws per E-step, :func:`draw_schedule`; each distinct count is compiled once.
+        Draws per E-step, :func:`draw_schedule`.
+    chunk : int
+        Warm-up and draws run in compiled scans of ``chunk`` steps (one compilation per model),
+        so both are rounded up to multiples of it.
     target_accept_prob, max_tree_depth :
         NUTS options.
 
@@ -65,9 +67,11 @@ class MCMCEStep:
 
     def __init__(self, model: Callable, latent: str, *, num_warmup: int = 200,
                  first_draws: int = 25, last_draws: int = 400, growth: float = 2.0,
-                 target_accept_prob: float = 0.8, max_tree_depth: int = 8):
-        if min(num_warmup, first_draws, last_draws) < 1 or growth < 1:
-            raise ValueError("num_warmup, first_draws, last_draws must be >= 1, growth >= 1")
+                 target_accept_prob: float = 0.8, max_tree_depth: int = 8, chunk: int = 25):
+        if min(num_warmup, first_draws, last_draws, chunk) < 1 or growth < 1:
+            raise ValueError("num_warmup, first_draws, last_draws, chunk must be >= 1 and "
+                             "growth >= 1")
+        self.chunk = int(chunk)
         from ..infer.bayes import init_to_interior
 
         self.latent = latent
@@ -87,16 +91,22 @@ class MCMCEStep:
         from ..infer.handlers import split_static
 
         static, treedef, positions, arrays = split_static((args, kwargs))
+        chunk = self.chunk  # one compiled scan length: warm-up and draws run in chunks of it
+        run = functools.partial(_nuts_scan, self.kernel, self.latent, chunk, static, treedef,
+                                positions)
         if self.state is None:
-            self.state = self.kernel.init(key, self.num_warmup, None, (params,) + tuple(args),
-                                          kwargs)
-            self.state, _ = _nuts_scan(self.kernel, self.latent, self.num_warmup, static,
-                                       treedef, positions, self.state, params, arrays)
+            warm = -(-self.num_warmup // chunk) * chunk
+            self.state = self.kernel.init(key, warm, None, (params,) + tuple(args), kwargs)
+            for _ in range(warm // chunk):
+                self.state, _ = run(self.state, params, arrays)
         draws = draw_schedule(self.iteration, self.first, self.last, self.growth)
-        self.state, (n, energy) = _nuts_scan(self.kernel, self.latent, draws, static, treedef,
-                                             positions, self.state, params, arrays)
+        chunks = max(-(-draws // chunk), 1)
+        total_n, total_e = 0.0, 0.0
+        for _ in range(chunks):
+            self.state, (n, energy) = run(self.state, params, arrays)
+            total_n, total_e = total_n + n, total_e + energy
         self.iteration += 1
-        return EStepResult(jnp.mean(n, axis=0), float(-jnp.mean(energy)), True, draws)
+        return EStepResult(total_n / chunks, float(-total_e / chunks), True, chunks * chunk)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
@@ -108,11 +118,14 @@ def _nuts_scan(kernel: NUTS, latent: str, length: int, static: tuple, treedef: A
     model_args = (params,) + tuple(args)
     post = kernel.postprocess_fn(model_args, kwargs)
 
-    def body(s: Any, _: Any) -> Any:
+    def body(carry: Any, _: Any) -> Any:
+        s, n, e = carry
         s = kernel.sample(s, model_args, kwargs)
-        return s, (post(s.z)[latent], s.potential_energy)
+        return (s, n + post(s.z)[latent] / length, e + s.potential_energy / length), None
 
-    return jax.lax.scan(body, state, None, length=length)
+    zero = post(state.z)[latent] * 0.0
+    (state, n, e), _ = jax.lax.scan(body, (state, zero, 0.0), None, length=length)
+    return state, (n, e)
 
 
 def mcem(
@@ -128,6 +141,7 @@ def mcem(
     last_draws: int = 400,
     growth: float = 2.0,
     max_tree_depth: int = 8,
+    chunk: int = 25,
     tol: float = 1e-4,
 ) -> Result:
     """Learn an MRF from noisy clique tables by Monte-Carlo EM on the relaxed CGM.
@@ -146,8 +160,9 @@ def mcem(
     init : {"naive", "zeros"} or array
         ``θ₀``: naive MLE with its default L2 rule, uniform, or given log-potentials.
     key : JAX PRNG key, optional
-    num_warmup, first_draws, last_draws, growth, max_tree_depth :
-        :class:`MCMCEStep` options (draws per E-step: ``min(last, first·growth^t)``).
+    num_warmup, first_draws, last_draws, growth, max_tree_depth, chunk :
+        :class:`MCMCEStep` options (draws per E-step: ``min(last, first·growth^t)``, rounded up
+        to multiples of ``chunk``).
     tol : float
         Stop when the model's clique marginals move by less than ``tol`` (L1, per clique);
         Monte-Carlo error keeps the change above a few ``/√draws``, so MCEM usually runs its
@@ -160,7 +175,7 @@ def mcem(
         ``n_hat`` (last E-step's mean), ``latent_network``, ``marginal_change``, ``init``.
     """
     options = dict(num_warmup=num_warmup, first_draws=first_draws, last_draws=last_draws,
-                   growth=growth, max_tree_depth=max_tree_depth)
+                   growth=growth, max_tree_depth=max_tree_depth, chunk=chunk)
     key = jax.random.key(0) if key is None else key
     return run_em_estimator(measurements, network, total_count, init, key, max_em_iters, tol,
                             "mcmc", options)

@@ -58,6 +58,7 @@ __all__ = [
     "conditioned_on_params",
     "estep_engine",
     "latent_counts_model",
+    "model_arguments",
     "variational_em",
 ]
 
@@ -128,20 +129,20 @@ def latent_counts_model(
     Returns
     -------
     callable
-        ``model(y)`` with ``y`` the concatenated answers (``readout.y`` for these
-        measurements); ``theta`` starts at zero (pass ``init_params`` to EM). Attribute
-        ``readout``: the :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel` that maps ``n``
-        to the answers and holds ``latent_network`` and ``y``. Models are cached by the
-        release's structure (network, measured cliques and queries, noise, ``N``), so compiled
-        samplers are reused across releases of the same shape.
+        ``model(y, scales, N)`` with ``y`` the concatenated answers, ``scales`` their noise
+        scales (:func:`model_arguments` gives both and ``N`` for this release); ``theta``
+        starts at zero (pass ``init_params`` to EM). Attribute ``readout``: the
+        :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel` that maps ``n`` to the answers and
+        holds ``latent_network``. Models are cached by the release's structure (network,
+        measured cliques and queries, noise family), so compiled samplers are reused across
+        releases of the same shape, whatever their noise scales and ``N``.
     """
     from ..infer.bayes import noisy_marginals_model
 
     readout = noisy_marginals_model(network, measurements, total_count,
                                     theta=jnp.zeros(network.num_params), triangulate=True,
                                     record_marginals=False)
-    key = (network, readout.total_count, readout.noise_family,
-           tuple(readout.noise_scales.tolist()),
+    key = (network, readout.noise_family,
            tuple((m.clique, None if m.query is None else np.asarray(m.query).tobytes())
                  for m in readout.measurements))
     model = _MODELS.get(key)
@@ -156,16 +157,22 @@ _MODELS: dict = {}
 
 def _make_model(readout: Any) -> Callable[..., None]:
     noise = LaplaceNoise if readout.noise_family == "laplace" else GaussianNoise
-    scales, total = jnp.asarray(readout.noise_scales), readout.total_count
     net, latent = readout.network, readout.latent_network
 
-    def model(y: Array) -> None:
+    def model(y: Array, scales: Array, total: Array) -> None:
         theta = numpyro.param("theta", jnp.zeros(net.num_params))
         n = numpyro.sample("n", CollectiveGraphicalModel(
             latent, readout.latent_theta(theta), total, relaxed=True))
         numpyro.sample("y", noise(readout.predict(n), scales), obs=y)
 
     return model
+
+
+def model_arguments(model: Callable[..., None]) -> tuple[Array, Array, Array]:
+    """The arguments ``(y, scales, N)`` of a :func:`latent_counts_model` for its release."""
+    r = model.readout  # type: ignore[attr-defined]
+    return (jnp.asarray(r.y), jnp.asarray(r.noise_scales),
+            jnp.asarray(float(r.total_count)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -209,7 +216,8 @@ class VariationalEStep:
         ``AutoNormal`` or ``AutoMultivariateNormal`` over every latent site, initialised at
         uniform tables for relaxed CGM sites.
     first_steps, steps : int
-        Adam steps of the first E-step and of every later (warm-started) one.
+        Adam steps of the first E-step (rounded up to a multiple of ``steps``) and of every
+        later (warm-started) one.
     learning_rate : float
     num_particles : int
         Monte-Carlo particles of the ELBO gradient.
@@ -245,11 +253,15 @@ class VariationalEStep:
         k_init, k_draw = jax.random.split(key)
         if self.state is None:
             self.state = self.svi.init(k_init, params, *args, **kwargs)
-            steps = self.first_steps
+            chunks = max(-(-self.first_steps // self.steps), 1)
         else:
-            steps = self.steps
-        self.state, losses = _svi_steps(self.svi, static, treedef, positions, steps,
-                                        self.state, params, arrays)
+            chunks = 1
+        parts = []
+        for _ in range(chunks):  # one compiled scan length (``steps``)
+            self.state, losses = _svi_steps(self.svi, static, treedef, positions, self.steps,
+                                            self.state, params, arrays)
+            parts.append(losses)
+        losses = jnp.concatenate(parts)
         mean = _guide_mean(self.guide, self.latent, self.mean_draws, static, treedef, positions,
                            k_draw, self.svi.get_params(self.state), params, arrays)
         losses = np.asarray(losses)
@@ -321,7 +333,7 @@ def run_em_estimator(
     key = jax.random.key(0) if key is None else key
     em = EM(model, latent="n", max_iters=max_em_iters, tol=tol, estep=estep,
             estep_options=estep_options)
-    fit = em.run(key, jnp.asarray(model.readout.y), init_params={"theta": theta0})
+    fit = em.run(key, *model_arguments(model), init_params={"theta": theta0})
     theta = fit.params["theta"]
     return Result(
         model=MarkovRandomField(network, theta),

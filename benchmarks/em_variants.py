@@ -1,0 +1,205 @@
+"""EM from the posterior mean of the counts against naive MLE and MAP-EM (seed 002's models).
+
+Models (seed 002, §4.1, built as in :mod:`benchmarks.cgm`): 10 nodes with ``--values`` values
+each (the paper: 10), pairwise potentials ``θ_e = log w``, ``w ~ Dirichlet(1)`` on every edge of
+the third-order chain (``chain3``, 24 edges) or of one connected ER graph (``er``). For every
+model, ``N``, ε and population (``--trials``): ``N`` records are drawn, every edge table is
+released with Laplace noise ``b = |E|/ε`` (the JAX simulation sampler), and every estimator is
+fitted:
+
+- ``naive``: naive MLE with its default rule ``λ = max(b/N, 1e-4)``;
+- ``naive_oracle``: naive MLE with the best λ of the grid ``b/N × 2^k``, k = −3..4, chosen with
+  the *true* KL (a reference no release can compute; its time is one fit's);
+- ``map_em``: CGM-EM with its defaults (10 NLBP-EM iterations from a smoothed naive start);
+- ``map_em_conv``: CGM-EM run to convergence (up to ``--conv-iters`` iterations from θ = 0);
+- ``vem``: variational EM (AutoNormal guide over the relaxed CGM counts, alternating SVI and
+  moment matching), from the naive start;
+- ``mcem``: Monte-Carlo EM (NUTS draws of the counts, warm-started), from the naive start;
+- ``post_mean``: the max-ent model of the posterior mean of the marginals (Normal(0, 3²) prior
+  on reference-coded parameters; SVI with a mean-field guide).
+
+Reported per fit: KL(p_true ‖ p_fit) (exact, junction tree), wall time after compilation (each
+configuration is fitted once on another population first, untimed) and its ratio to naive's,
+with the load average. The target (issue 12): in every cell some new estimator (vem, mcem,
+post_mean) has lower KL than naive_oracle in every population at ≤ 20× naive's time.
+
+Run ``python -m benchmarks em_variants [--trials K] [--Ns ...] [--epsilons ...] [--values V]
+[--models ...] [--out DIR]``; writes ``em_variants.json`` and ``em_variants.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+DESCRIPTION = ("variational EM, Monte-Carlo EM and the posterior mean vs naive MLE and MAP-EM "
+               "on third-order chains and ER graphs: KL and time")
+
+NEW = ("vem", "mcem", "post_mean")
+ORACLE_GRID = tuple(2.0 ** k for k in range(-3, 5))
+
+
+def _edges(model: str) -> list[tuple[str, str]]:
+    from numpyro_dpgm.experiments.bernstein2017 import model_edges
+
+    return model_edges(model)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trials", type=int, default=5, help="populations per cell")
+    parser.add_argument("--Ns", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0])
+    parser.add_argument("--models", nargs="+", default=["chain3", "er"])
+    parser.add_argument("--values", type=int, default=10, help="values per attribute")
+    parser.add_argument("--estimators", nargs="+",
+                        default=["naive", "naive_oracle", "map_em", "map_em_conv", *NEW])
+    parser.add_argument("--em-iters", type=int, default=10, help="EM iterations of vem, mcem")
+    parser.add_argument("--conv-iters", type=int, default=200)
+    parser.add_argument("--svi-steps", type=int, default=300)
+    parser.add_argument("--out", type=Path, default=Path("bench-results"))
+
+
+def _release(model: str, values: int, seed: int, n: int, eps: float) -> tuple[Any, ...]:
+    from numpyro_dpgm import MarkovNetwork, MarkovRandomField
+    from numpyro_dpgm.privacy import simulate_release
+
+    edges = _edges(model)
+    net = MarkovNetwork({f"x{i}": values for i in range(10)}, edges)
+    rng = np.random.default_rng(seed)
+    theta = np.concatenate([np.log(rng.dirichlet(np.ones(values ** 2))) for _ in edges])
+    truth = MarkovRandomField(net, theta)
+    records = np.asarray(truth.sample(jax.random.key(seed), (n,)))
+    meas = simulate_release(records, edges, eps, jax.random.key(1000 + seed), domain=net.domain)
+    return net, truth, meas, len(edges) / eps
+
+
+def _fitters(args: argparse.Namespace, net: Any, meas: Any, n: int, b: float,
+             truth: Any) -> dict[str, Any]:
+    from numpyro_dpgm.estimation import cgm_em, naive_mle
+    from numpyro_dpgm.estimation.mcem import mcem
+    from numpyro_dpgm.estimation.posterior_mean import posterior_mean
+    from numpyro_dpgm.estimation.variational_em import variational_em
+
+    k = args.em_iters
+    return {
+        "naive": lambda: naive_mle(meas, net, n),
+        "naive_oracle": lambda: _oracle(meas, net, n, b, truth),
+        "map_em": lambda: cgm_em(meas, net, n),
+        "map_em_conv": lambda: cgm_em(meas, net, n, max_em_iters=args.conv_iters,
+                                      init="zeros"),
+        "vem": lambda: variational_em(meas, net, n, max_em_iters=k, first_steps=args.svi_steps,
+                                      steps=max(args.svi_steps // 3, 1), mean_draws=64),  # noqa
+        "mcem": lambda: mcem(meas, net, n, max_em_iters=k, num_warmup=100, first_draws=10,
+                             last_draws=80, max_tree_depth=6, chunk=10),
+        "post_mean": lambda: posterior_mean(meas, net, n, svi_steps=4 * args.svi_steps,
+                                            svi_draws=64),
+    }
+
+
+def _oracle(meas: Any, net: Any, n: int, b: float, truth: Any) -> Any:
+    """Naive MLE at the grid λ with the lowest true KL; its time is that of one fit."""
+    from numpyro_dpgm.estimation import naive_mle
+    from numpyro_dpgm.metrics import kl_divergence
+
+    best, best_kl = None, np.inf
+    for s in ORACLE_GRID:
+        fit = naive_mle(meas, net, n, l2=max(s * b / n, 1e-4))
+        kl = float(kl_divergence(truth, fit.model))
+        if kl < best_kl:
+            best, best_kl = fit._replace(extras=dict(fit.extras, grid_scale=s)), kl
+    return best
+
+
+def _trial(args: argparse.Namespace, model: str, seed: int, n: int, eps: float,
+           names: list[str]) -> dict[str, Any]:
+    from numpyro_dpgm.metrics import kl_divergence
+
+    net, truth, meas, b = _release(model, args.values, seed, n, eps)
+    fitters = _fitters(args, net, meas, n, b, truth)
+    row: dict[str, Any] = {"model": model, "seed": seed, "N": n, "epsilon": eps, "b": b}
+    for name in names:
+        t0 = time.perf_counter()
+        result = fitters[name]()
+        jax.block_until_ready(result.model.theta)
+        elapsed = time.perf_counter() - t0
+        if name == "naive_oracle":
+            elapsed = result.elapsed  # one fit of the grid
+            row["naive_oracle_scale"] = result.extras["grid_scale"]  # λ = scale·b/N
+        row[f"{name}_s"] = elapsed
+        row[f"{name}_kl"] = float(kl_divergence(truth, result.model))
+        row[f"{name}_load"] = os.getloadavg()[0]
+    return row
+
+
+def _summarise(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    out = {}
+    cells = sorted({(r["model"], r["N"], r["epsilon"]) for r in rows})
+    for model, n, eps in cells:
+        sel = [r for r in rows if (r["model"], r["N"], r["epsilon"]) == (model, n, eps)]
+        cell: dict[str, Any] = {"populations": len(sel)}
+        for name in names:
+            cell[f"{name}_kl_mean"] = statistics.mean(r[f"{name}_kl"] for r in sel)
+            cell[f"{name}_time_ratio"] = statistics.median(
+                r[f"{name}_s"] / r["naive_s"] for r in sel)
+        winners = []
+        for name in NEW:
+            if name not in names or "naive_oracle" not in names:
+                continue
+            beats = all(r[f"{name}_kl"] < r["naive_oracle_kl"] for r in sel)
+            fast = cell[f"{name}_time_ratio"] <= 20
+            cell[f"{name}_beats_oracle_everywhere"] = beats
+            if beats and fast:
+                winners.append(name)
+        cell["target_met_by"] = winners
+        out[f"{model} N={n} eps={eps:g}"] = cell
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    import numpyro
+
+    numpyro.enable_x64()
+    names = list(args.estimators)
+    rows: list[dict[str, Any]] = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"machine": platform.platform(), "processor": platform.processor(),
+            "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
+            "values": args.values, "trials": args.trials, "Ns": args.Ns,
+            "epsilons": args.epsilons, "em_iters": args.em_iters, "svi_steps": args.svi_steps,
+            "command": "python -m benchmarks em_variants " + " ".join(
+                f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                for k, v in vars(args).items() if k not in ("out", "func", "name"))}
+    for model in args.models:
+        for n in args.Ns:
+            for eps in args.epsilons:
+                _trial(args, model, 10_000 + args.trials, n, eps, names)  # compile, untimed
+                for seed in range(args.trials):
+                    row = _trial(args, model, seed, n, eps, names)
+                    rows.append(row)
+                    print(f"{model} N={n} ε={eps:g} seed={seed} " + " ".join(
+                        f"{k}:{row[f'{k}_kl']:.3f}/{row[f'{k}_s']:.2f}s" for k in names)
+                        + f" load={os.getloadavg()[0]:.1f}", flush=True)
+                    summary = _summarise(rows, names)
+                    (args.out / "em_variants.json").write_text(json.dumps(
+                        {"meta": meta, "summary": summary, "rows": rows}, indent=2))
+    with open(args.out / "em_variants.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    summary = _summarise(rows, names)
+    print("\nsummary (mean KL; median time / naive):")
+    for cell, v in summary.items():
+        print(f"  {cell:28s} " + "  ".join(
+            f"{k} {v[f'{k}_kl_mean']:.3f} ({v[f'{k}_time_ratio']:.1f}x)" for k in names)
+            + f"  target met by {v['target_met_by'] or 'none'}")
+    return 0
