@@ -8,6 +8,7 @@ needed. The checks run before any program is compiled, so the corpus is cheap.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -331,3 +332,85 @@ def test_float32_mode_warns(float32_mode) -> None:
                  lambda: jt.log_partition(NET, theta)):
         with pytest.warns(Float32Warning, match="numpyro.enable_x64"):
             call()
+
+
+# ------------------------------------------------------------------------------------------------
+# Command line: one-line errors with exit code 2
+# ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cli_files(tmp_path_factory):
+    t = tmp_path_factory.mktemp("cli")
+    df = pd.DataFrame({"a": [0, 1, 1, 0], "b": [0, 2, 1, 1]})
+    df.to_csv(t / "x.csv", index=False)
+    (t / "dom.json").write_text('{"a": 2, "b": 3}')
+    nan = df.astype(float)
+    nan.loc[1, "b"] = np.nan
+    nan.to_csv(t / "nan.csv", index=False)
+    df.assign(b=[0, 5, 1, 1]).to_csv(t / "oor.csv", index=False)
+    (t / "junk.json").write_text("not json")
+    return t
+
+
+def _release(t: Any, data: str = "x.csv", clique: str = "a,b") -> list[str]:
+    return ["release", str(t / data), "--out", str(t / "m.json"), "--domain", str(t / "dom.json"),
+            "--clique", clique]
+
+
+CLI_CASES: list[tuple[str, Callable[[Any], list[str]], str]] = [
+    ("release-eps-zero", lambda t: _release(t) + ["--epsilon", "0"],
+     "--epsilon must be positive, got 0.0"),
+    ("release-eps-negative", lambda t: _release(t) + ["--epsilon", "-1"],
+     "--epsilon must be positive"),
+    ("release-eps-nan", lambda t: _release(t) + ["--epsilon", "nan"], "must be positive, got nan"),
+    ("release-delta-above-one", lambda t: _release(t) + ["--epsilon", "1", "--delta", "1.5",
+                                                         "--mechanism", "gaussian"], DELTA_MSG),
+    ("release-delta-zero", lambda t: _release(t) + ["--epsilon", "1", "--delta", "0",
+                                                    "--mechanism", "gaussian"], DELTA_MSG),
+    ("release-unknown-attr", lambda t: _release(t, clique="a,z") + ["--epsilon", "1"],
+     r"unknown attribute\(s\) \['z'\]"),
+    ("release-missing-file", lambda t: _release(t, data="none.csv") + ["--epsilon", "1"],
+     "does not exist"),
+    ("release-nan", lambda t: _release(t, data="nan.csv") + ["--epsilon", "1"],
+     r"column 'b' has 1 missing value\(s\)"),
+    ("release-out-of-domain", lambda t: _release(t, data="oor.csv") + ["--epsilon", "1"],
+     "column 'b' has code 5 .* outside its domain"),
+    ("release-overspend", lambda t: _release(t) + ["--epsilon", "1", "--ledger",
+                                                   str(t / "ledger.json"), "--budget", "0.5"],
+     "privacy budget exceeded"),
+    ("release-no-cliques", lambda t: ["release", str(t / "x.csv"), "--out", str(t / "m.json"),
+                                      "--epsilon", "1"], "no cliques"),
+    ("fit-missing-file", lambda t: ["fit", str(t / "none.json"), "--out", str(t / "f.json")],
+     "does not exist"),
+    ("fit-corrupt-file", lambda t: ["fit", str(t / "junk.json"), "--out", str(t / "f.json")],
+     "corrupt or not a measurements file"),
+    ("fit-method", lambda t: ["fit", str(t / "junk.json"), "--out", str(t / "f.json"),
+                              "--method", "mcmc"], "unknown --method 'mcmc'"),
+    ("fit-iters", lambda t: ["fit", str(t / "junk.json"), "--out", str(t / "f.json"),
+                             "--iters", "0"], "--iters must be at least 1"),
+    ("fit-total", lambda t: ["fit", str(t / "junk.json"), "--out", str(t / "f.json"),
+                             "--total", "-5"], "--total must be positive"),
+    ("synth-records", lambda t: ["synth", str(t / "junk.json"), "--out", str(t / "s.csv"),
+                                 "--records", "0"], "--records must be a positive integer"),
+    ("synth-corrupt-model", lambda t: ["synth", str(t / "junk.json"), "--out", str(t / "s.csv")],
+     "corrupt or not a model file"),
+    ("synth-suffix", lambda t: ["synth", str(t / "junk.json"), "--out", str(t / "s.txt")],
+     "expected a file name ending in .csv"),
+    ("synth-missing-model", lambda t: ["synth", str(t / "none.json"), "--out", str(t / "s.csv")],
+     "does not exist"),
+    ("reproduce-unknown", lambda t: ["reproduce", "no-such-paper"], "unknown experiment"),
+]
+
+
+@pytest.mark.parametrize("argv,message", [c[1:] for c in CLI_CASES],
+                         ids=[c[0] for c in CLI_CASES])
+def test_cli_bad_input_gives_a_one_line_error(cli_files: Any, argv: Callable, message: str) -> None:
+    from typer.testing import CliRunner
+
+    from numpyro_dpgm.cli import app
+
+    result = CliRunner().invoke(app, argv(cli_files))
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("error:")
+    assert re.search(message, " ".join(lines)), result.output
