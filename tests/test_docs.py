@@ -145,3 +145,16 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     # the API reference is generated from the docstrings, not left empty
     api = (site / "api/estimation/index.html").read_text()
     assert 'id="numpyro_dpgm.estimation.cgm_em.cgm_em"' in api
+
+
+def test_every_committed_page_is_in_the_nav() -> None:
+    """Pages tracked by git (pages being written may sit in docs/ untracked) are in the nav."""
+    git = shutil.which("git")
+    if not (git and (ROOT / ".git").exists()):
+        pytest.skip("not a git checkout: cannot tell committed pages from drafts")
+    tracked = subprocess.run([git, "ls-files", "docs"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    pages = {str(Path(f).relative_to("docs")) for f in tracked if f.endswith(".md")}
+    nav = set(re.findall(r":\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    missing = sorted(pages - nav)
+    assert not missing, f"committed pages missing from the nav of mkdocs.yml: {missing}"
