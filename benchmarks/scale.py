@@ -257,13 +257,14 @@ def main(args: argparse.Namespace) -> int:
     with open(args.out / "scale.json", "w") as f:
         json.dump(results, f, indent=1, default=_json_default)
     rows = _rows(results)
-    with open(args.out / "scale.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print()
-    _print_table(rows)
-    print(f"\nwrote {args.out / 'scale.json'} and {args.out / 'scale.csv'}")
+    if rows:
+        with open(args.out / "scale.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        print()
+        _print_table(rows)
+    print(f"\nwrote {args.out / 'scale.json'}" + (f" and {args.out / 'scale.csv'}" if rows else ""))
     return 0
 
 

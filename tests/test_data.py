@@ -298,6 +298,10 @@ def spark():
     session.stop()
 
 
+SPARK_PANDAS = "ignore:PySpark does not yet fully support pandas:FutureWarning"
+
+
+@pytest.mark.filterwarnings(SPARK_PANDAS)
 def test_spark_counts_equal_numpy(spark) -> None:
     """Titanic in full and 3,000 Adult records (with a weight column): tables as numpy's."""
     df, domain = _shared("titanic")
@@ -311,6 +315,7 @@ def test_spark_counts_equal_numpy(spark) -> None:
         np.testing.assert_allclose(tables[c], expected[c], rtol=1e-12)
 
 
+@pytest.mark.filterwarnings(SPARK_PANDAS)
 def test_spark_invalid_codes_name_the_column(spark) -> None:
     for bad, err, msg in _bad_frames():
         with pytest.raises(err, match=msg):
