@@ -5,7 +5,7 @@ Importing the package sets no global JAX flag. Enable float64 yourself
 """
 
 from .combining import CombinedEstimate, analyse, rubin
-from .data import Dataset, count, load_demo
+from .data import Dataset, count, count_file, count_spark, load_demo
 from .distributions import MarkovRandomField
 from .domain import Domain
 from .encoding import Encoded, decode, encode, read_domain
@@ -35,6 +35,8 @@ __all__ = [
     "MarkovRandomField",
     "analyse",
     "count",
+    "count_file",
+    "count_spark",
     "decode",
     "encode",
     "load_demo",
