@@ -12,10 +12,14 @@ from .ising import (
     stable_mode,
 )
 from .losses import measurement_loss
+from .mcem import mcem
 from .mechanisms import exponential_mechanism, mwem_pgm, workload_error
 from .naive import DEFAULT_L2_FLOOR, default_l2, fit_mle, naive_mle, project_simplex
+from .posterior_mean import posterior_mean
 from .prox_pgm import ExactOracle, MarginalOracle, answer_queries, prox_pgm
+from .psgd import UnreachableEpsilonError, calibrate_noise_multiplier, psgd
 from .result import Result
+from .variational_em import latent_counts_model, variational_em
 
 __all__ = [
     "DEFAULT_L2_FLOOR",
@@ -23,7 +27,9 @@ __all__ = [
     "FrankWolfeResult",
     "MarginalOracle",
     "Result",
+    "UnreachableEpsilonError",
     "answer_queries",
+    "calibrate_noise_multiplier",
     "cgm_em",
     "default_l2",
     "estimate_total",
@@ -33,14 +39,19 @@ __all__ = [
     "learn_pairwise",
     "learn_structure",
     "learn_twise",
+    "latent_counts_model",
     "m_step",
+    "mcem",
     "measurement_loss",
     "mwem_pgm",
     "naive_mle",
     "pmw_parities",
+    "posterior_mean",
     "private_frank_wolfe",
     "project_simplex",
     "prox_pgm",
+    "psgd",
     "stable_mode",
+    "variational_em",
     "workload_error",
 ]
