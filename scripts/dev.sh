@@ -4,6 +4,7 @@
 #   bash scripts/dev.sh demo [args]   run the demo on the bundled Adult data
 #   bash scripts/dev.sh test [paths]  run the test suite and execute the notebooks (what CI runs)
 #   bash scripts/dev.sh bench [args]  run the benchmarks (installs the peer, mbi)
+#   bash scripts/dev.sh docs [args]   build the documentation site into site/ (mkdocs --strict)
 #   bash scripts/dev.sh lint          ruff
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,6 +57,7 @@ case "$cmd" in
          [ $# -eq 0 ] && set -- tests notebooks   # the suite and the executed notebooks
          exec "$venv/bin/python" -m pytest -n "${DPGM_TEST_WORKERS:-2}" --nbmake "$@" ;;
   bench) ensure_venv dev,bench; exec "$venv/bin/python" -m benchmarks "$@" ;;
+  docs)  ensure_venv dev; exec "$venv/bin/mkdocs" build --strict --site-dir site "$@" ;;
   lint)  ensure_venv dev; exec "$venv/bin/ruff" check numpyro_dpgm tests benchmarks ;;
-  *) sed -n '2,8p' "$0"; exit 1 ;;
+  *) sed -n '2,9p' "$0"; exit 1 ;;
 esac
