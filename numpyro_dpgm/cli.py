@@ -352,7 +352,7 @@ def _fmt(amount: Any) -> str:
 # ------------------------------------------------------------------------------------------------
 # fit
 # ------------------------------------------------------------------------------------------------
-METHODS = ("naive", "cgm-em", "prox-pgm")
+METHODS = ("naive", "cgm-em", "prox-pgm", "nuts")
 
 
 def _file_sha256(path: Path) -> str:
@@ -373,10 +373,15 @@ def _progress(description: str, total: int | None) -> Iterator[Callable[[int], N
 def fit(
     measurements: Annotated[Path, typer.Argument(help="measurements file from `dpgm release`")],
     out: Annotated[Path, typer.Option("--out", "-o", help="model file to write (JSON)")],
-    method: Annotated[str, typer.Option(help="naive, cgm-em or prox-pgm")] = "cgm-em",
+    method: Annotated[str, typer.Option(
+        help="naive, cgm-em, prox-pgm (point estimates) or nuts (posterior draws of the model "
+             "given the noisy tables, for `dpgm synth --posterior`)")] = "cgm-em",
     iters: Annotated[int | None, typer.Option(
         help="iterations: EM iterations for cgm-em (default 10; a regulariser), mirror-descent "
-             "iterations for prox-pgm (default 1000); unused by naive")] = None,
+             "iterations for prox-pgm (default 1000), NUTS draws per chain for nuts (default "
+             "500, after as many warm-up steps); unused by naive")] = None,
+    chains: Annotated[int, typer.Option(help="NUTS chains (nuts only)")] = 2,
+    seed: Annotated[int, typer.Option(help="seed of the NUTS sampler (nuts only)")] = 0,
     total: Annotated[float | None, typer.Option(
         help="number of records N if public (default: the file's, else estimated from the "
              "noisy tables, which costs no privacy)")] = None,
@@ -393,6 +398,8 @@ def fit(
             raise ValueError(f"--iters must be at least 1, got {iters}")
         if total is not None and not total > 0:
             raise ValueError(f"--total must be positive, got {total}")
+        if chains < 1:
+            raise ValueError(f"--chains must be at least 1, got {chains}")
         _check_output(out)
         saved = load_measurements(measurements)
         cliques = list(dict.fromkeys(m.clique for m in saved.measurements))
@@ -405,11 +412,15 @@ def fit(
         n = total or saved.total or float(estimate_total(saved.measurements))
         _enable_x64()
         t0 = time.perf_counter()
-        result, options = _run_fit(method, saved.measurements, network, n, iters)
+        if method == "nuts":
+            result, options = _run_nuts(saved.measurements, network, n, iters or 500, chains,
+                                        seed)
+        else:
+            result, options = _run_fit(method, saved.measurements, network, n, iters)
         elapsed = time.perf_counter() - t0
         provenance = {
-            "estimator": {"naive": "naive_mle", "cgm-em": "cgm_em", "prox-pgm": "prox_pgm"}[
-                method],
+            "estimator": {"naive": "naive_mle", "cgm-em": "cgm_em", "prox-pgm": "prox_pgm",
+                          "nuts": "run_nuts"}[method],
             "options": options,
             "total": n,
             "total_source": n_source,
@@ -419,15 +430,43 @@ def fit(
         }
         categories = {a: v for a, v in saved.categories.items() if a in measured}
         save_model(out, result, categories=categories, total=n, provenance=provenance)
+    if method == "nuts":
+        summary = (f"{options['draws']} posterior draws ({chains} chain(s)), worst split R-hat "
+                   f"{options['max_rhat']:.3f}, {options['divergences']} divergences")
+    else:
+        summary = (f"{result.iterations} iterations, "
+                   f"{'converged' if result.converged else 'iteration limit reached'}")
     console.print(f"fitted {method} on {len(saved.measurements)} tables "
                   f"({network.num_params} parameters, N = {n:.6g} {n_source}): "
-                  f"{result.iterations} iterations, "
-                  f"{'converged' if result.converged else 'iteration limit reached'}, "
-                  f"{elapsed:.2f} s", soft_wrap=True, highlight=False)
+                  f"{summary}, {elapsed:.2f} s", soft_wrap=True, highlight=False)
     if unmeasured:
         console.print(f"attributes in no released table are not modelled: {unmeasured}",
                       soft_wrap=True, highlight=False)
     console.print(f"wrote {out}", soft_wrap=True, highlight=False)
+
+
+def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, chains: int,
+              seed: int) -> tuple[Any, dict[str, Any]]:
+    """Posterior draws of the record model (:func:`numpyro_dpgm.infer.bayes.run_nuts`) as one
+    batched MarkovRandomField, with the convergence figures the provenance keeps."""
+    import jax
+    import numpy as np
+    from numpyro.diagnostics import split_gelman_rubin
+
+    from .infer.bayes import noisy_marginals_model, run_nuts
+    from .synthesis import posterior_models
+
+    bayes = noisy_marginals_model(network, measurements, int(round(total)),
+                                  triangulate=not network.is_decomposable)
+    with console.status(f"NUTS: {chains} chain(s) × ({draws} warm-up + {draws} draws)"):
+        mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
+                        num_chains=chains, init="em")
+    phi = np.asarray(mcmc.get_samples(group_by_chain=True)["phi"])
+    rhat = float(np.max(split_gelman_rubin(phi))) if phi.shape[1] > 3 else float("nan")
+    divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
+    options = {"draws": draws * chains, "warmup": draws, "chains": chains, "seed": seed,
+               "max_rhat": rhat, "divergences": divergences}
+    return posterior_models(mcmc, network), options
 
 
 def _run_fit(method: str, measurements: list[Any], network: Any, total: float,
@@ -464,6 +503,11 @@ def synth(
         help="number of records (default: N of the fit)")] = None,
     seed: Annotated[int | None, typer.Option(
         help="seed of the record sampler (default: a fresh random seed, printed)")] = None,
+    posterior: Annotated[bool, typer.Option(
+        help="the model file holds posterior draws (`dpgm fit --method nuts`): write one data "
+             "set per draw, for the combining rules (numpyro_dpgm.rubin)")] = False,
+    datasets: Annotated[int, typer.Option(
+        help="number m of synthetic data sets with --posterior; files OUT-1 ... OUT-m")] = 1,
 ) -> None:
     """Draw synthetic records from a fitted model, with the original column names and labels."""
     from .io import load_model
@@ -472,9 +516,24 @@ def synth(
     with _input_errors():
         if records is not None and records < 1:
             raise ValueError(f"--records must be a positive integer, got {records}")
+        if datasets < 1:
+            raise ValueError(f"--datasets must be a positive integer, got {datasets}")
+        if datasets > 1 and not posterior:
+            raise ValueError("--datasets needs --posterior (several data sets from one point "
+                             "estimate share its error and are not for the combining rules)")
         _check_output(out, (".csv", ".csv.gz", ".parquet", ".pq"))
         _enable_x64()
         saved = load_model(model)
+        draws = saved.model.batch_shape
+        if posterior and draws == ():
+            raise ValueError(f"{model} holds a point estimate, not posterior draws; fit with "
+                             "`dpgm fit --method nuts` for --posterior")
+        if not posterior and draws != ():
+            raise ValueError(f"{model} holds {draws[0]} posterior draws; give --posterior "
+                             "--datasets m for m synthetic data sets")
+        if posterior and datasets > draws[0]:
+            raise ValueError(f"--datasets {datasets} exceeds the {draws[0]} posterior draws in "
+                             f"{model}")
         num = records if records is not None else (int(round(saved.total)) if saved.total
                                                     else None)
         if num is None:
@@ -482,12 +541,28 @@ def synth(
                              "--records")
         if seed is None:
             seed = int.from_bytes(os.urandom(4), "little")
-        with console.status(f"sampling {num} records"):
-            frame = synthesize(saved.model, num, rng=seed, categories=saved.categories)
-            _write_table(frame, out)
-    console.print(f"sampled {num} records of {frame.shape[1]} columns (seed {seed})",
-                  highlight=False)
-    console.print(f"wrote {out}", soft_wrap=True, highlight=False)
+        with console.status(f"sampling {num} records"
+                            + (f" × {datasets} data sets" if posterior else "")):
+            if posterior:
+                frames = synthesize(saved.model, num, datasets, rng=seed,
+                                    categories=saved.categories)
+                paths = [_numbered(out, i + 1, datasets) for i in range(datasets)]
+            else:
+                frames = [synthesize(saved.model, num, rng=seed, categories=saved.categories)]
+                paths = [out]
+            for frame, path in zip(frames, paths, strict=True):
+                _write_table(frame, path)
+    console.print(f"sampled {len(paths)} data set(s) of {num} records and {frames[0].shape[1]} "
+                  f"columns (seed {seed})", highlight=False)
+    console.print("wrote " + (str(paths[0]) if len(paths) == 1 else f"{paths[0]} … {paths[-1]}"),
+                  soft_wrap=True, highlight=False)
+
+
+def _numbered(path: Path, i: int, m: int) -> Path:
+    """``synth.csv`` -> ``synth-01.csv`` (zero-padded to the width of ``m``)."""
+    name = path.name
+    suffix = next(s for s in (".csv.gz", ".csv", ".parquet", ".pq") if name.lower().endswith(s))
+    return path.with_name(f"{name[: -len(suffix)]}-{i:0{len(str(m))}d}{suffix}")
 
 
 # ------------------------------------------------------------------------------------------------
