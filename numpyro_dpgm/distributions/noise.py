@@ -134,7 +134,7 @@ def _vector_loc(loc: Any, name: str) -> Any:
 
 
 @partial(jax.jit, static_argnums=3)
-def _discrete_laplace_draw(key: Any, loc: Any, scale: Any, shape: tuple[int, ...]) -> Any:
+def discrete_laplace_draw(key: Any, loc: Any, scale: Any, shape: tuple[int, ...]) -> Any:
     """Exact draw from ``p(y) ∝ e^{−|y − loc|/b}`` on the integers, any real ``loc``.
 
     With ``f = loc − ⌊loc⌋`` the mass left of ``loc`` (``y ≤ ⌊loc⌋``) is
@@ -152,7 +152,7 @@ def _discrete_laplace_draw(key: Any, loc: Any, scale: Any, shape: tuple[int, ...
 
 
 @partial(jax.jit, static_argnums=3)
-def _discrete_gaussian_draw(key: Any, loc: Any, sigma: Any, shape: tuple[int, ...]) -> Any:
+def discrete_gaussian_draw(key: Any, loc: Any, sigma: Any, shape: tuple[int, ...]) -> Any:
     """Rejection from the discrete Laplace with scale ``t = ⌊σ⌋ + 1`` centred at ``loc``.
 
     Canonne, Kamath & Steinke (2020), Alg. 3, with the proposal centred at a real ``loc``:
@@ -165,7 +165,7 @@ def _discrete_gaussian_draw(key: Any, loc: Any, sigma: Any, shape: tuple[int, ..
     def body(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
         key, out, done = state
         key, k_prop, k_acc = jax.random.split(key, 3)
-        y = _discrete_laplace_draw(k_prop, loc, t, shape)
+        y = discrete_laplace_draw(k_prop, loc, t, shape)
         a = jnp.abs(y - loc) - sigma**2 / t
         u = jax.random.uniform(k_acc, shape, dtype=loc.dtype)
         accept = u < jnp.exp(-(a**2) / (2 * sigma**2))
@@ -235,12 +235,12 @@ class _Lattice(dist.Distribution):
 
 class _DiscreteLaplace1(_Lattice):
     _log_prob = _discrete_laplace_log_prob
-    _draw = _discrete_laplace_draw
+    _draw = discrete_laplace_draw
 
 
 class _DiscreteGaussian1(_Lattice):
     _log_prob = _discrete_gaussian_log_prob
-    _draw = _discrete_gaussian_draw
+    _draw = discrete_gaussian_draw
 
 
 class DiscreteLaplaceNoise(dist.Independent):

@@ -56,7 +56,6 @@ import math
 import numbers
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from functools import partial
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -65,6 +64,7 @@ import numpy as np
 import pandas as pd
 
 from ..data import Dataset, count
+from ..distributions.noise import discrete_gaussian_draw, discrete_laplace_draw
 from ..domain import Clique, Domain
 from ..measurements import (
     DiscreteGaussian,
@@ -351,35 +351,6 @@ def _opendp_draw(meas: Any, spec: NoiseSpec, values: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
-def _jax_discrete_laplace(key: jax.Array, scale: Any, shape: tuple[int, ...]) -> jax.Array:
-    # difference of two i.i.d. geometrics on {0, 1, ...} with success 1 − e^{−1/b} is the
-    # discrete Laplace P(z) ∝ e^{−|z|/b} (the +1 offsets of jax's geometric cancel)
-    p = -jnp.expm1(-1.0 / scale)
-    k1, k2 = jax.random.split(key)
-    return jax.random.geometric(k1, p, shape) - jax.random.geometric(k2, p, shape)
-
-
-@partial(jax.jit, static_argnums=2)
-def _jax_discrete_gaussian(key: jax.Array, sigma: Any, shape: tuple[int, ...]) -> jax.Array:
-    # Canonne, Kamath & Steinke (2020), Alg. 3: propose Y ~ DLap(t), t = ⌊σ⌋ + 1, and accept
-    # with probability exp(−(|Y| − σ²/t)²/(2σ²)); repeated element-wise until all accepted.
-    t = jnp.floor(sigma) + 1.0
-    s2 = sigma * sigma
-
-    def body(state: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
-        key, out, done = state
-        key, k_prop, k_acc = jax.random.split(key, 3)
-        y = _jax_discrete_laplace(k_prop, t, shape)
-        a = jnp.abs(y) - s2 / t
-        accept = jax.random.uniform(k_acc, shape) < jnp.exp(-a * a / (2.0 * s2))
-        out = jnp.where(~done & accept, y, out)
-        return key, out, done | accept
-
-    init = (key, jnp.zeros(shape, dtype=int), jnp.zeros(shape, dtype=bool))
-    _, out, _ = jax.lax.while_loop(lambda s: ~jnp.all(s[2]), body, init)
-    return out
-
-
 def simulate_noise(key: Any, noise: NoiseSpec, shape: int | tuple[int, ...]) -> jax.Array:
     """Draw noise of the distribution ``noise`` with JAX: **for simulation studies only**.
 
@@ -392,9 +363,11 @@ def simulate_noise(key: Any, noise: NoiseSpec, shape: int | tuple[int, ...]) -> 
     key : jax PRNG key (or an int seed)
     noise : NoiseSpec
         ``Laplace(b)``: ``b·Lap(0, 1)``; ``Gaussian(σ)``: ``σ·N(0, 1)``;
-        ``DiscreteLaplace(b)``: difference of two geometric variables, ``P(z) ∝ e^{−|z|/b}``;
+        ``DiscreteLaplace(b)``: ``P(z) ∝ e^{−|z|/b}``, a side then a geometric distance;
         ``DiscreteGaussian(σ)``: rejection sampling from the discrete Laplace (Canonne, Kamath &
-        Steinke 2020, Alg. 3), ``P(z) ∝ e^{−z²/(2σ²)}``.
+        Steinke 2020, Alg. 3), ``P(z) ∝ e^{−z²/(2σ²)}``; the samplers of the observation models
+        :class:`~numpyro_dpgm.distributions.DiscreteLaplaceNoise` and
+        :class:`~numpyro_dpgm.distributions.DiscreteGaussianNoise`, at ``loc = 0``.
     shape : int or tuple of int
     """
     key = jax.random.key(key) if isinstance(key, int | np.integer) else key
@@ -403,10 +376,11 @@ def simulate_noise(key: Any, noise: NoiseSpec, shape: int | tuple[int, ...]) -> 
         return noise.scale * jax.random.laplace(key, shape)
     if isinstance(noise, Gaussian):
         return noise.sigma * jax.random.normal(key, shape)
+    zero = jnp.zeros((), dtype=jnp.result_type(float))
     if isinstance(noise, DiscreteLaplace):
-        return _jax_discrete_laplace(key, noise.scale, shape)
+        return discrete_laplace_draw(key, zero, noise.scale, shape).astype(int)
     if isinstance(noise, DiscreteGaussian):
-        return _jax_discrete_gaussian(key, noise.sigma, shape)
+        return discrete_gaussian_draw(key, zero, noise.sigma, shape).astype(int)
     raise TypeError(f"noise must be a NoiseSpec, got {type(noise).__name__}")
 
 
