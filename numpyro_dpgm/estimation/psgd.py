@@ -117,6 +117,16 @@ def calibrate_noise_multiplier(
         raise ValueError(f"sampling_rate must be in (0, 1], got {sampling_rate}")
     if int(steps) != steps or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps}")
+    return _calibrate(float(epsilon), float(delta), float(sampling_rate), int(steps), accountant,
+                      float(max_noise_multiplier), float(tol))
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrate(epsilon: float, delta: float, sampling_rate: float, steps: int, accountant: str,
+               max_noise_multiplier: float, tol: float) -> float:
+    """The bisection of :func:`calibrate_noise_multiplier`, memoised: it depends on public
+    hyper-parameters only, and repeated fits at one setting (trials of an experiment) need it
+    once."""
     at_cap = accounted_epsilon(max_noise_multiplier, sampling_rate, steps, delta, accountant)
     if at_cap > epsilon:
         raise UnreachableEpsilonError(

@@ -74,6 +74,7 @@ __all__ = [
     "mobility_chain",
     "model_edges",
     "run",
+    "summary_markdown",
     "synthetic_network",
 ]
 
@@ -193,6 +194,29 @@ def _em_single(net: MarkovNetwork, evidence: MeasurementEvidence, y: Array, tota
     return _em_one(net, evidence, y, total, b)
 
 
+def _fits(batch: str, batched: Any, single: Any, pre: tuple, ys: Array,
+          rest: tuple) -> tuple[Array, float]:
+    """The fits of one grid cell and their wall time: one ``jax.vmap``-ed program over the
+    trials (``batch="vmap"``) or a Python loop of the compiled single-trial program
+    (``"loop"``)."""
+    t0 = time.perf_counter()
+    if batch == "vmap":
+        out = jax.block_until_ready(batched(*pre, ys, *rest))
+    else:
+        out = jnp.stack([jax.block_until_ready(single(*pre, y, *rest)) for y in ys])
+    return out, time.perf_counter() - t0
+
+
+def resolve_batch(batch: str) -> str:
+    """``"auto"`` → ``"vmap"`` on an accelerator, ``"loop"`` on CPU, where the vmapped cell was
+    measured 4–15× slower (``vmap_speedup.csv``); ``"vmap"``/``"loop"`` pass through."""
+    if batch == "auto":
+        return "loop" if jax.default_backend() == "cpu" else "vmap"
+    if batch not in ("vmap", "loop"):
+        raise ValueError(f"batch must be 'auto', 'vmap' or 'loop', got {batch!r}")
+    return batch
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _log_partitions(net: MarkovNetwork, thetas: Array) -> Array:
     return jax.vmap(lambda t: jt.log_partition(net, t))(thetas)
@@ -232,8 +256,9 @@ def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
 # ------------------------------------------------------------------------------------------------
 def _synthetic(kind: str, k: int, sizes: Sequence[int], epsilons: Sequence[float],
                populations: int, replicates: int, psgd_replicates: int,
-               timing_cell: tuple[int, float] | None, psgd_options: dict,
-               log: Any, flush: Any = None) -> tuple[list[dict], list[dict], list[dict]]:
+               timing_cell: tuple[int, int, float] | None, psgd_options: dict,
+               log: Any, flush: Any = None,
+               batch: str = "vmap") -> tuple[list[dict], list[dict], list[dict]]:
     net = synthetic_network(kind, k)
     truth = _Truth(net, dirichlet_theta(net, np.random.default_rng([2017, k, len(net.cliques)])))
     sampler = ExactSampler(truth.model)
@@ -268,8 +293,9 @@ def _synthetic(kind: str, k: int, sizes: Sequence[int], epsilons: Sequence[float
             ys = jnp.reshape(counts[:, None, :] + noise, (-1, net.num_params))
             total, bj = jnp.asarray(float(n)), jnp.asarray(b)
             lam = jnp.asarray(default_l2(b, n))
-            th_naive, t_naive = _timed(_naive_batch, net, ys, total, lam)
-            th_em, t_em = _timed(_em_batch, net, evidence, ys, total, bj)
+            th_naive, t_naive = _fits(batch, _naive_batch, _naive_single, (net,), ys,
+                                      (total, lam))
+            th_em, t_em = _fits(batch, _em_batch, _em_single, (net, evidence), ys, (total, bj))
             cell = {**base, "N": n, "epsilon": eps}
             trials = [(i, j) for i in range(populations) for j in range(replicates)]
             for name, th, t in (("naive", th_naive, t_naive), ("cgm_em", th_em, t_em)):
@@ -295,9 +321,9 @@ def _synthetic(kind: str, k: int, sizes: Sequence[int], epsilons: Sequence[float
                                     and r["model"] == kind and r["k"] == k])
                      for m in ("naive", "cgm_em", "psgd")}
             log(f"{kind} |X|={k} N={n} ε={eps:g}: KL naive {means['naive']:.4f}  cgm_em "
-                f"{means['cgm_em']:.4f}  psgd {means['psgd']:.4f}  (batched: naive "
+                f"{means['cgm_em']:.4f}  psgd {means['psgd']:.4f}  ({batch}: naive "
                 f"{t_naive:.1f}s, EM {t_em:.1f}s for {len(trials)} trials)")
-            if timing_cell == (n, eps):
+            if timing_cell == (k, n, eps):
                 speed.append(_vmap_speedup(net, evidence, ys, total, lam, bj, base, n, eps))
                 timing.append(_runtime(net, evidence, ys[0], total, lam, bj, pops[0], eps,
                                        psgd_options, base, n, psgd_times, speed[-1]))
@@ -313,7 +339,7 @@ def _vmap_speedup(net, evidence, ys, total, lam, b, base, n, eps) -> dict:
     for name, batch, single, args in (
             ("naive", _naive_batch, _naive_single, (net, ys, total, lam)),
             ("cgm_em", _em_batch, _em_single, (net, evidence, ys, total, b))):
-        jax.block_until_ready(batch(*args))  # compiled already; warm
+        jax.block_until_ready(batch(*args))  # compile (or warm)
         _, t_batch = _timed(batch, *args)
         pre, data = args[:-3], args[-3:]
         jax.block_until_ready(single(*pre, data[0][0], *data[1:]))  # compile
@@ -593,6 +619,99 @@ def _plot_mobility(summary: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _read_csv(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _pm(r: dict | None, value: str, digits: int = 3) -> str:
+    """``mean ± sd`` of a summary row (with ``reached/trials`` when some did not run)."""
+    if r is None or not r[f"{value}_mean"] or not np.isfinite(float(r[f"{value}_mean"])):
+        return "–" if r is None else f"unreachable ({r['trials']})"
+    sd = r[f"{value}_sd"]
+    txt = f"{float(r[f'{value}_mean']):.{digits}f}"
+    if sd and np.isfinite(float(sd)):
+        txt += f" ± {float(sd):.{digits}f}"
+    if r["reached"] != r["trials"]:
+        txt += f" ({r['reached']}/{r['trials']})"
+    return txt
+
+
+def summary_markdown(out: Path | str) -> str:
+    """Markdown tables of a finished (or cut-off) run in ``out``, from its CSV files and
+    ``meta.json``; :func:`run` writes them to ``summary.md``."""
+    out = Path(out)
+    lines: list[str] = []
+    meta = json.loads((out / "meta.json").read_text()) if (out / "meta.json").exists() else {}
+    if meta:
+        lines += [f"Wall time {meta['wall_s']:.0f} s ({meta['wall_s'] / 60:.1f} min); trials of "
+                  f"a cell as `{meta.get('batch', 'vmap')}` on {meta.get('backend', 'cpu')}; "
+                  f"{meta['cpus']} CPUs; load average {meta['loadavg_start'][0]:.1f} at the "
+                  f"start, {meta['loadavg_end'][0]:.1f} at the end.", ""]
+    summ = _read_csv(out / "synthetic_summary.csv")
+    idx = {(r["model"], r["k"], r["N"], r["epsilon"], r["method"]): r for r in summ}
+    cells = sorted({(r["model"], r["k"], int(r["N"]), float(r["epsilon"])) for r in summ
+                    if r["epsilon"]}, key=lambda c: (c[0], int(c[1]), c[2], c[3]))
+    if cells:
+        wins = 0
+        lines += ["KL(p_true ‖ p_learned), mean ± sd over the trials (bold: the better of naive "
+                  "MLE and CGM-EM):", "",
+                  "| model | k | N | ε | naive MLE | CGM-EM | PSGD | non-private | random |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for model, k, n, eps in cells:
+            key = (model, k, str(n), repr(eps))
+            nv, em = idx.get((*key, "naive")), idx.get((*key, "cgm_em"))
+            cols = [_pm(nv, "kl"), _pm(em, "kl")]
+            if nv and em:
+                better = int(float(em["kl_mean"]) < float(nv["kl_mean"]))
+                wins += better
+                cols[better] = f"**{cols[better]}**"
+            lines.append(f"| {model} | {k} | {n} | {eps:g} | {cols[0]} | {cols[1]} | "
+                         f"{_pm(idx.get((*key, 'psgd')), 'kl')} | "
+                         f"{_pm(idx.get((model, k, str(n), '', 'nonprivate')), 'kl')} | "
+                         f"{_pm(idx.get((model, k, '', '', 'random')), 'kl', 1)} |")
+        lines += ["", f"CGM-EM below naive MLE in {wins} of {len(cells)} cells.", ""]
+    runtime = _read_csv(out / "runtime.csv")
+    if runtime:
+        lines += ["Seconds per fit (compiled, one trial at a time) and ratio to naive MLE:", "",
+                  "| model | k | N | ε | naive MLE | CGM-EM | PSGD | load |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['model']} | {r['k']} | {r['N']} | {float(r['epsilon']):g} | "
+                  f"{float(r['naive_s']):.3f} s | {float(r['cgm_em_ratio']):.2f}× | "
+                  f"{float(r['psgd_ratio']):.1f}× | {float(r['loadavg_1min']):.1f} |"
+                  for r in runtime]
+        lines.append("")
+    speed = _read_csv(out / "vmap_speedup.csv")
+    if speed:
+        lines += ["One `jax.vmap`-ed program over the trials of a cell against a loop of the "
+                  "compiled single-trial program (both warm):", "",
+                  "| model | k | N | ε | trials | naive: vmap / loop | CGM-EM: vmap / loop "
+                  "| load |", "|---|---|---|---|---|---|---|---|"]
+        for r in speed:
+            lines.append(
+                f"| {r['model']} | {r['k']} | {r['N']} | {float(r['epsilon']):g} | {r['trials']} "
+                f"| {float(r['naive_vmap_s']):.1f} s / {float(r['naive_loop_s']):.1f} s "
+                f"(**{float(r['naive_speedup']):.2f}×**) | {float(r['cgm_em_vmap_s']):.1f} s / "
+                f"{float(r['cgm_em_loop_s']):.1f} s (**{float(r['cgm_em_speedup']):.2f}×**) | "
+                f"{float(r['loadavg_1min']):.1f} |")
+        lines.append("")
+    mob = _read_csv(out / "mobility_summary.csv")
+    if mob:
+        midx = {(r["N"], r["epsilon"], r["method"]): r for r in mob}
+        lines += ["Mobility: held-out log-likelihood per user-day, mean ± sd:", "",
+                  "| N | ε | naive MLE | CGM-EM | PSGD | non-private | true model |",
+                  "|---|---|---|---|---|---|---|"]
+        for n, eps in sorted({(int(r["N"]), float(r["epsilon"])) for r in mob if r["epsilon"]}):
+            g = [midx.get((str(n), repr(eps), m)) for m in ("naive", "cgm_em", "psgd")]
+            ref = [midx.get((str(n), "", m)) for m in ("nonprivate", "truth")]
+            lines.append(f"| {n} | {eps:g} | " + " | ".join(_pm(r, "heldout_ll") for r in g + ref)
+                         + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------------------
 # entry point
 # ------------------------------------------------------------------------------------------------
@@ -611,13 +730,14 @@ def _write_synthetic(out: Path, rows: list[dict], timing: list[dict], speed: lis
 #: The grids. Quick: the middle of the paper's grid (N = 10⁴, ε ∈ {0.1, 1}) on both models with
 #: 3 × 3 nested trials instead of 5 × 5, and one small mobility cell.
 #: PSGD (the slowest method) gets ``psgd_replicates`` noise draws per population.
-FULL = {"k": (10,), "models": ("chain3", "er"), "sizes": (1_000, 10_000, 100_000),
-        "epsilons": (0.1, 1.0, 10.0), "populations": 5, "replicates": 5, "psgd_replicates": 1,
-        "timing_cell": (10_000, 1.0),
+FULL = {"k": (10, 20), "models": ("chain3", "er"), "sizes": (1_000, 10_000, 100_000),
+        "epsilons": (0.1, 1.0, 10.0), "populations": 5, "replicates": 5, "psgd_replicates": 5,
+        "timing_cell": (10, 10_000, 1.0), "batch": "auto",
         "mobility": {"sizes": (1_000, 10_000), "epsilons": (0.1, 1.0, 10.0),
                      "populations": 2, "replicates": 1}}
 QUICK = {"k": (10,), "models": ("chain3", "er"), "sizes": (10_000,), "epsilons": (0.1, 1.0),
          "populations": 3, "replicates": 3, "psgd_replicates": 1, "timing_cell": None,
+         "batch": "auto",
          "mobility": {"sizes": (2_000,), "epsilons": (1.0,), "populations": 1,
                       "replicates": 1}}
 #: PSGD's settings (psgd's defaults: 5 epochs, lot √N, clip √|𝒞|, learning rate 0.5).
@@ -640,7 +760,10 @@ def run(out: Path | str, quick: bool = False, grid: dict | None = None,
     load0 = os.getloadavg()
     rows, timing, speed = [], [], []
     cell = tuple(g["timing_cell"]) if g.get("timing_cell") else None
-    for k in g["k"]:
+    batch = resolve_batch(g.get("batch", "auto"))
+    log(f"bernstein2017: trials of a cell run as {batch!r} on {jax.default_backend()}")
+    mob = g.get("mobility")
+    for pos, k in enumerate(g["k"]):
         for kind in g["models"]:
             def flush(r: list, t: list, s: list, kind: str = kind, k: int = k,
                       done: tuple = (rows, timing, speed)) -> None:
@@ -648,22 +771,23 @@ def run(out: Path | str, quick: bool = False, grid: dict | None = None,
 
             r, t, s = _synthetic(kind, k, g["sizes"], g["epsilons"], g["populations"],
                                  g["replicates"], g["psgd_replicates"], cell, PSGD_OPTIONS, log,
-                                 flush)
+                                 flush, batch)
             rows += r
             timing += t
             speed += s
-    mob = g.get("mobility")
-    if mob:
-        mrows = _mobility(mob["sizes"], mob["epsilons"], mob["populations"],
-                          mob["replicates"], PSGD_OPTIONS, log)
-        _write_csv(out / "mobility.csv", mrows)
-        msum = _summarise(mrows, ("N", "epsilon", "method"), "heldout_ll")
-        _write_csv(out / "mobility_summary.csv", msum)
-        _plot_mobility(msum, out / "mobility.png")
-    meta = {"quick": quick, "grid": g, "wall_s": time.perf_counter() - start,
+        if mob and pos == 0:  # after the first |X|, so that a cut-off run has every part
+            mrows = _mobility(mob["sizes"], mob["epsilons"], mob["populations"],
+                              mob["replicates"], PSGD_OPTIONS, log)
+            _write_csv(out / "mobility.csv", mrows)
+            msum = _summarise(mrows, ("N", "epsilon", "method"), "heldout_ll")
+            _write_csv(out / "mobility_summary.csv", msum)
+            _plot_mobility(msum, out / "mobility.png")
+    meta = {"quick": quick, "grid": g, "batch": batch, "backend": jax.default_backend(),
+            "wall_s": time.perf_counter() - start,
             "loadavg_start": load0, "loadavg_end": os.getloadavg(),
             "machine": platform.platform(), "jax": jax.__version__,
             "cpus": os.cpu_count()}
     (out / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    (out / "summary.md").write_text(summary_markdown(out))
     log(f"bernstein2017: {meta['wall_s']:.0f} s wall, load {load0} -> {meta['loadavg_end']}")
     return out

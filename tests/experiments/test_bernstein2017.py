@@ -71,6 +71,10 @@ def test_batched_estimators_and_kl_match_the_public_ones() -> None:
     total = jnp.asarray(2000.0)
     th = b17._naive_batch(net, ys, total, jnp.asarray(default_l2(b, 2000)))
     th_em = b17._em_batch(net, b17._evidence(net), ys, total, jnp.asarray(b))
+    # the loop of the single-trial program (what the study runs on CPU) gives the same fits
+    loop, _ = b17._fits("loop", b17._naive_batch, b17._naive_single, (net,), ys,
+                        (total, jnp.asarray(default_l2(b, 2000))))
+    np.testing.assert_allclose(np.asarray(loop), np.asarray(th), atol=1e-6)
     for y, t, t_em, k in zip(np.asarray(ys), th, th_em, truth.kl(th), strict=True):
         meas = [Measurement(c, y[net.slice_of(c)], Laplace(b)) for c in net.cliques]
         ref = naive_mle(meas, net, 2000)
@@ -79,6 +83,14 @@ def test_batched_estimators_and_kl_match_the_public_ones() -> None:
             float(k), rel=1e-9)
         em = cgm_em(meas, net, 2000)
         np.testing.assert_allclose(np.asarray(t_em), np.asarray(em.theta), atol=1e-6)
+
+
+def test_batch_mode_is_resolved_or_refused() -> None:
+    assert b17.resolve_batch("vmap") == "vmap"
+    assert b17.resolve_batch("loop") == "loop"
+    assert b17.resolve_batch("auto") == ("loop" if jax.default_backend() == "cpu" else "vmap")
+    with pytest.raises(ValueError, match="batch must be"):
+        b17.resolve_batch("pmap")
 
 
 def test_mobility_chain_is_a_normalised_markov_chain() -> None:
@@ -114,6 +126,8 @@ def test_quick_run_cgm_em_beats_naive_in_every_cell(tmp_path) -> None:
         assert kl[(*cell, "naive")] < kl[(cell[0], "", "", "random")]
     for model in ("chain3", "er"):
         assert kl[(model, "10000", "", "nonprivate")] < kl[(model, "10000", "1.0", "cgm_em")]
+    # the markdown summary counts the same cells from the CSV files
+    assert "CGM-EM below naive MLE in 4 of 4 cells." in (out / "summary.md").read_text()
     mob = _rows(out / "mobility.csv")
     assert {r["method"] for r in mob} == {"truth", "nonprivate", "naive", "cgm_em", "psgd"}
     ll = {r["method"]: float(r["heldout_ll"]) for r in mob}
