@@ -10,7 +10,8 @@ neighbours, seed 002 Prop. 3), 25 trials. The populations of a given ``(model, N
 the ε values of the grid (the noise draws are not). Methods:
 
 * ``naive``: :func:`~numpyro_dpgm.estimation.naive.naive_mle`'s computation with its default
-  ``λ = max(b/N, 10⁻⁴)``, batched over the 25 trials with ``jax.vmap``;
+  ``λ = max(b/N, 10⁻⁴)``, the 25 trials of a cell as one ``jax.vmap``-ed program on an
+  accelerator, a loop of the compiled single-trial program on CPU (:func:`resolve_batch`);
 * ``cgm_em``: :func:`~numpyro_dpgm.estimation.cgm_em.cgm_em`'s computation at its defaults
   (naive start with ``4b/N``, 10 EM iterations of 50 natural-space NLBP steps), batched too;
 * ``psgd``: :func:`~numpyro_dpgm.estimation.psgd.psgd` on the population's records, ``(ε, 1/N)``;
@@ -73,6 +74,7 @@ __all__ = [
     "dirichlet_theta",
     "mobility_chain",
     "model_edges",
+    "resolve_batch",
     "run",
     "summary_markdown",
     "synthetic_network",
@@ -209,7 +211,8 @@ def _fits(batch: str, batched: Any, single: Any, pre: tuple, ys: Array,
 
 def resolve_batch(batch: str) -> str:
     """``"auto"`` → ``"vmap"`` on an accelerator, ``"loop"`` on CPU, where the vmapped cell was
-    measured 4–15× slower (``vmap_speedup.csv``); ``"vmap"``/``"loop"`` pass through."""
+    measured 4–15× slower (``vmap_speedup.csv``, docs/reproductions/bernstein2017.md);
+    ``"vmap"`` and ``"loop"`` pass through."""
     if batch == "auto":
         return "loop" if jax.default_backend() == "cpu" else "vmap"
     if batch not in ("vmap", "loop"):
