@@ -201,12 +201,10 @@ def _fits(batch: str, batched: Any, single: Any, pre: tuple, ys: Array,
     """The fits of one grid cell and their wall time: one ``jax.vmap``-ed program over the
     trials (``batch="vmap"``) or a Python loop of the compiled single-trial program
     (``"loop"``)."""
-    t0 = time.perf_counter()
     if batch == "vmap":
-        out = jax.block_until_ready(batched(*pre, ys, *rest))
-    else:
-        out = jnp.stack([jax.block_until_ready(single(*pre, y, *rest)) for y in ys])
-    return out, time.perf_counter() - t0
+        return _timed(batched, *pre, ys, *rest)
+    return _timed(lambda: jnp.stack([jax.block_until_ready(single(*pre, y, *rest))
+                                     for y in ys]))
 
 
 def resolve_batch(batch: str) -> str:
