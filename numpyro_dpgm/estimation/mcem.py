@@ -172,7 +172,8 @@ def mcem(
     -------
     Result
         ``loss_trace``: minus the mean log joint density of each E-step's draws; ``extras``:
-        ``n_hat`` (last E-step's mean), ``latent_network``, ``marginal_change``, ``init``.
+        ``n_hat`` (last E-step's mean), ``latent_network``, ``marginal_change``, ``init``,
+        ``relaxation_leak`` (as :func:`~numpyro_dpgm.estimation.variational_em.variational_em`).
     """
     options = dict(num_warmup=num_warmup, first_draws=first_draws, last_draws=last_draws,
                    growth=growth, max_tree_depth=max_tree_depth, chunk=chunk)

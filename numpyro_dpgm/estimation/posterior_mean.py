@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..distributions.relaxation import warn_if_leaky
 from ..inference import junction_tree as jt
 from ..measurements import Measurement
 from ..network import MarkovNetwork
@@ -100,7 +101,10 @@ def posterior_mean(
         ``loss_trace``: the final negative ELBO (SVI) or the potential energy per draw
         (NUTS); ``extras``: ``mu_mean`` (posterior mean of the marginals, network layout),
         ``mu_sd`` (their posterior sd), ``maxent_grad_norm`` (how well the returned model
-        matches ``mu_mean``), ``method``; NUTS adds ``divergences``.
+        matches ``mu_mean``), ``method``, ``relaxation_leak`` (the largest
+        :func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak` at the returned model; above
+        0.01 a :class:`~numpyro_dpgm.distributions.relaxation.RelaxationWarning` is issued);
+        NUTS adds ``divergences``.
     """
     from ..infer.bayes import run_nuts
 
@@ -123,7 +127,7 @@ def posterior_mean(
         from .variational_em import estep_engine
 
         options = dict(guide="normal", first_steps=svi_steps, steps=svi_steps,
-                       learning_rate=learning_rate, mean_draws=1)
+                       learning_rate=learning_rate, mean_draws=1, init="uniform")
         engine = estep_engine("variational", model, "n", options)
         k_fit, k_draw = jax.random.split(key)
         res = engine(k_fit, {}, (y,), {})
@@ -134,7 +138,10 @@ def posterior_mean(
     mu_mean, mu_sd = jnp.mean(mu, axis=0), jnp.std(mu, axis=0)
     fit = fit_mle(network, mu_mean, 0.0, max_iters=2000)
     extras.update(mu_mean=np.asarray(mu_mean), mu_sd=np.asarray(mu_sd),
-                  maxent_grad_norm=fit.extras["grad_norm"])
+                  maxent_grad_norm=fit.extras["grad_norm"],
+                  relaxation_leak=warn_if_leaky(
+                      model.latent_network, model.latent_theta(fit.model.theta), total_count,
+                      "posterior_mean", stacklevel=3))
     return Result(model=fit.model, loss_trace=loss, iterations=int(len(loss)),
                   converged=bool(fit.converged), elapsed=time.perf_counter() - start,
                   extras=extras)

@@ -48,6 +48,7 @@ from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 from ..distributions.cgm import CollectiveGraphicalModel
 from ..distributions.mrf import MarkovRandomField
 from ..distributions.noise import GaussianNoise, LaplaceNoise
+from ..distributions.relaxation import warn_if_leaky
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from .result import Result
@@ -223,11 +224,14 @@ class VariationalEStep:
         Monte-Carlo particles of the ELBO gradient.
     mean_draws : int
         Guide draws averaged into ``E_q[n]``.
+    init : {"mean", "uniform"}
+        Where the guide's location starts for relaxed CGM sites: the CGM's mean ``N·μ(θ)`` at
+        the first call's params (the prior mean of the first E-step) or uniform tables.
     """
 
     def __init__(self, model: Callable, latent: str, *, guide: str = "normal",
                  first_steps: int = 1000, steps: int = 200, learning_rate: float = 0.05,
-                 num_particles: int = 1, mean_draws: int = 256):
+                 num_particles: int = 1, mean_draws: int = 256, init: str = "mean"):
         if guide not in _AUTOGUIDES:
             raise ValueError(f"guide must be one of {sorted(_AUTOGUIDES)}, got {guide!r}")
         if min(first_steps, steps, num_particles, mean_draws) < 1:
@@ -237,7 +241,8 @@ class VariationalEStep:
         self.latent = latent
         self.first_steps, self.steps, self.mean_draws = int(first_steps), int(steps), mean_draws
         self.model = conditioned_on_params(model)
-        self.guide = _AUTOGUIDES[guide](self.model, init_loc_fn=init_to_interior(radius=0.0))
+        self.guide = _AUTOGUIDES[guide](
+            self.model, init_loc_fn=init_to_interior(radius=0.0, center=init))
         self.svi = SVI(self.model, self.guide, numpyro.optim.Adam(learning_rate),
                        Trace_ELBO(num_particles))
         self.state = None
@@ -330,6 +335,9 @@ def run_em_estimator(
         raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
     theta0, how = initial_theta(measurements, network, total_count, init)
     model = latent_counts_model(network, measurements, total_count)
+    readout = model.readout  # type: ignore[attr-defined]
+    leak = warn_if_leaky(readout.latent_network, readout.latent_theta(theta0), total_count,
+                         {"variational": "variational_em", "mcmc": "mcem"}[estep], stacklevel=4)
     key = jax.random.key(0) if key is None else key
     em = EM(model, latent="n", max_iters=max_em_iters, tol=tol, estep=estep,
             estep_options=estep_options)
@@ -343,7 +351,8 @@ def run_em_estimator(
         elapsed=time.perf_counter() - start,
         extras={"n_hat": fit.n, "marginal_change": np.asarray(fit.marginal_change),
                 "estep_objective": np.asarray(fit.estep_objective), "init": how,
-                "latent_network": model.readout.latent_network, "estep": estep},
+                "latent_network": readout.latent_network, "estep": estep,
+                "relaxation_leak": leak},
     )
 
 
@@ -388,7 +397,11 @@ def variational_em(
     -------
     Result
         ``loss_trace``: the negative ELBO after each E-step; ``extras``: ``n_hat`` (last
-        ``E_q[n]``, latent layout), ``latent_network``, ``marginal_change``, ``init``.
+        ``E_q[n]``, latent layout), ``latent_network``, ``marginal_change``, ``init``,
+        ``relaxation_leak`` (largest
+        :func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak` at ``θ₀``;
+        above 0.01 a :class:`~numpyro_dpgm.distributions.relaxation.RelaxationWarning` is
+        issued).
     """
     options = dict(guide=guide, first_steps=first_steps, steps=steps,
                    learning_rate=learning_rate, num_particles=num_particles,
