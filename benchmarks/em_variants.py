@@ -20,13 +20,18 @@ fitted:
 
 Reported per fit: KL(p_true ‖ p_fit) (exact, junction tree), wall time after compilation and
 its ratio to naive's, with the load average. Compiled programs depend on the release's
-structure only (not on ``N`` or the noise scale), so every estimator is first fitted once,
-untimed, on another population of a model's first cell (``--warm-every-cell``: of every cell).
+structure and ``N`` (the variational guide's transforms hold ``N``), not on the noise scale, so
+every estimator is first fitted once, untimed, on another population at each model and ``N``
+(``--warm-every-cell``: before every cell).
 The target (issue 12): in every cell some new estimator (vem, mcem, post_mean) has lower KL than
 naive_oracle in every population at ≤ 20× naive's time.
 
 Run ``python -m benchmarks em_variants [--trials K] [--Ns ...] [--epsilons ...] [--values V]
-[--models ...] [--out DIR]``; writes ``em_variants.json`` and ``em_variants.csv``.
+[--models ...] [--out DIR]``; writes ``em_variants.json``, ``em_variants.csv`` and
+``em_variants.md`` (:func:`summary_markdown`). Every row also carries ``leak``: the largest
+:func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak` of the triangulated tables at the
+naive MLE, the fraction of ``N`` the relaxed CGM moves into near-empty cells where the new
+estimators start.
 """
 
 from __future__ import annotations
@@ -69,8 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conv-iters", type=int, default=200)
     parser.add_argument("--svi-steps", type=int, default=300)
     parser.add_argument("--warm-every-cell", action="store_true",
-                        help="fit an untimed population before every cell, not only a model's "
-                             "first (compiled programs are shared across N and ε)")
+                        help="fit an untimed population before every cell, not only before a "
+                             "model's first ε at each N (compiled programs are shared across ε)")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
 
 
@@ -125,13 +130,25 @@ def _oracle(meas: Any, net: Any, n: int, b: float, truth: Any) -> Any:
     return best
 
 
+def _leak(net: Any, meas: Any, n: int) -> float:
+    """Largest relaxation leak of the triangulated tables at the naive MLE (the EM start)."""
+    from numpyro_dpgm.distributions.relaxation import relaxation_leak
+    from numpyro_dpgm.estimation import naive_mle
+    from numpyro_dpgm.estimation.variational_em import latent_counts_model
+
+    readout = latent_counts_model(net, meas, n).readout
+    theta = readout.latent_theta(naive_mle(meas, net, n).model.theta)
+    return max(relaxation_leak(readout.latent_network, theta, n).values())
+
+
 def _trial(args: argparse.Namespace, model: str, seed: int, n: int, eps: float,
            names: list[str]) -> dict[str, Any]:
     from numpyro_dpgm.metrics import kl_divergence
 
     net, truth, meas, b = _release(model, args.values, seed, n, eps)
     fitters = _fitters(args, net, meas, n, b, truth)
-    row: dict[str, Any] = {"model": model, "seed": seed, "N": n, "epsilon": eps, "b": b}
+    row: dict[str, Any] = {"model": model, "seed": seed, "N": n, "epsilon": eps, "b": b,
+                           "leak": _leak(net, meas, n)}
     for name in names:
         t0 = time.perf_counter()
         result = fitters[name]()
@@ -170,6 +187,33 @@ def _summarise(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
     return out
 
 
+def summary_markdown(rows: list[dict[str, Any]], names: list[str]) -> str:
+    """Markdown tables of a run: per cell (mean KL, median time / naive) and per population."""
+    summary = _summarise(rows, names)
+    lines = ["| cell | pops | leak | " + " | ".join(names) + " | target met by |",
+             "|---|---|---|" + "---|" * len(names) + "---|"]
+    for cell, v in summary.items():
+        sel = [r for r in rows if f"{r['model']} N={r['N']} eps={r['epsilon']:g}" == cell]
+        leak = statistics.mean(r["leak"] for r in sel) if all("leak" in r for r in sel) else None
+        naive_s = statistics.median(r["naive_s"] for r in sel) if "naive" in names else None
+        parts = []
+        for k in names:
+            ratio = (f"{naive_s:.2f} s" if k == "naive" and naive_s is not None
+                     else f"{v[f'{k}_time_ratio']:.0f}×")
+            parts.append(f"{v[f'{k}_kl_mean']:.3f} ({ratio})")
+        lines.append(f"| {cell.replace('eps', 'ε')} | {v['populations']} | "
+                     + ("–" if leak is None else f"{leak:.3f}") + " | " + " | ".join(parts)
+                     + f" | {', '.join(v['target_met_by']) or 'none'} |")
+    new = [k for k in NEW if k in names]
+    if new and "naive_oracle" in names:
+        lines += ["", "Per population, KL of naive_oracle / " + " / ".join(new) + ":", ""]
+        for r in rows:
+            lines.append(f"- {r['model']} N={r['N']} ε={r['epsilon']:g} seed {r['seed']}: "
+                         + " / ".join(f"{r[f'{k}_kl']:.3f}" for k in ["naive_oracle", *new])
+                         + f" (load {r['naive_load']:.1f})")
+    return "\n".join(lines) + "\n"
+
+
 def main(args: argparse.Namespace) -> int:
     import numpyro
 
@@ -185,12 +229,10 @@ def main(args: argparse.Namespace) -> int:
                 f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
                 for k, v in vars(args).items() if k not in ("out", "func", "name"))}
     for model in args.models:
-        warm = False
         for n in args.Ns:
-            for eps in args.epsilons:
-                if not warm or args.warm_every_cell:  # compile on an untimed population
+            for i, eps in enumerate(args.epsilons):
+                if i == 0 or args.warm_every_cell:  # compile on an untimed population
                     _trial(args, model, 10_000 + args.trials, n, eps, names)
-                    warm = True
                 for seed in range(args.trials):
                     row = _trial(args, model, seed, n, eps, names)
                     rows.append(row)
@@ -205,6 +247,7 @@ def main(args: argparse.Namespace) -> int:
         w.writeheader()
         w.writerows(rows)
     summary = _summarise(rows, names)
+    (args.out / "em_variants.md").write_text(summary_markdown(rows, names))
     print("\nsummary (mean KL; median time / naive):")
     for cell, v in summary.items():
         print(f"  {cell:28s} " + "  ".join(

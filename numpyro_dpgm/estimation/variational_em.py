@@ -136,7 +136,8 @@ def latent_counts_model(
         :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel` that maps ``n`` to the answers and
         holds ``latent_network``. Models are cached by the release's structure (network,
         measured cliques and queries, noise family), so compiled samplers are reused across
-        releases of the same shape, whatever their noise scales and ``N``.
+        releases of the same shape, whatever their noise scales and ``N`` (NUTS; the variational
+        guide is built per ``N``, see :func:`estep_engine`).
     """
     from ..infer.bayes import noisy_marginals_model
 
@@ -183,13 +184,19 @@ _AUTOGUIDES = {"normal": AutoNormal, "mvn": AutoMultivariateNormal}
 _ENGINES: dict = {}
 
 
-def estep_engine(kind: str, model: Callable, latent: str, options: dict) -> Any:
+def estep_engine(kind: str, model: Callable, latent: str, options: dict,
+                 support: Any = None) -> Any:
     """The (cached) E-step engine of ``kind`` for ``model``, reset for a new run.
 
     Engines hold compiled functions keyed by the model, so fitting many releases with one
-    cached model (:func:`latent_counts_model`) compiles once.
+    cached model (:func:`latent_counts_model`) compiles once. A variational engine is also
+    keyed by the latent site's ``support``: NumPyro's autoguides build their transforms from
+    the support seen when the guide is first set up, so a release whose support differs (a
+    relaxed CGM of another ``N``) needs a guide of its own.
     """
     key = (kind, model, latent, tuple(sorted(options.items())))
+    if kind == "variational" and support is not None:
+        key += (_support_key(support),)
     engine = _ENGINES.get(key)
     if engine is None:
         if kind == "variational":
@@ -203,6 +210,13 @@ def estep_engine(kind: str, model: Callable, latent: str, options: dict) -> Any:
         _ENGINES[key] = engine
     engine.reset()
     return engine
+
+
+def _support_key(support: Any) -> tuple:
+    """A hashable value identifying a constraint object (its type, structure and data)."""
+    leaves, treedef = jax.tree_util.tree_flatten(support)
+    return (type(support), str(treedef),
+            tuple(np.asarray(leaf).tobytes() for leaf in leaves))
 
 
 class VariationalEStep:

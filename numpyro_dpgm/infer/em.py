@@ -171,7 +171,8 @@ class EM:
         if self._engine is None:
             from ..estimation.variational_em import estep_engine
 
-            self._engine = estep_engine(self.estep, self.model, self.latent, self.estep_options)
+            self._engine = estep_engine(self.estep, self.model, self.latent, self.estep_options,
+                                        support=tr[self.latent]["fn"].support)
         full = {k: s["value"] for k, s in tr.items() if s["type"] == "param"}
         res = self._engine(key, full, args, kwargs)
         tr[self.latent]["value"] = res.n

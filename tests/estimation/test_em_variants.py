@@ -139,6 +139,33 @@ def test_mcem_and_variational_em_reach_the_marginal_likelihood_maximiser(release
     assert fit.extras["estep"] == "mcmc" and vfit.extras["estep"] == "variational"
 
 
+def test_variational_em_on_releases_of_another_total_count():
+    """Releases of one structure share a cached model; the guide must follow each release's
+    ``N`` (an autoguide fixes its transforms, hence ``N``, when first set up): the E-step
+    mean sums to the release's own ``N`` and the fit equals one from a fresh cache."""
+    import importlib
+
+    vem_module = importlib.import_module("numpyro_dpgm.estimation.variational_em")
+
+    def release(total: int) -> list[Measurement]:
+        table = np.array([0.4, 0.25, 0.2, 0.15]) * total
+        return [Measurement(("a", "b"), table + np.array([1.0, -2.0, 0.5, 0.5]),
+                            Laplace(B_SMALL))]
+
+    opts = dict(max_em_iters=3, init="zeros", first_steps=200, steps=100, mean_draws=64,
+                key=jax.random.key(4))
+    variational_em(release(20), NET_SMALL, 20, **opts)
+    warm = variational_em(release(200), NET_SMALL, 200, **opts)  # cached model, other N
+    latent = warm.extras["latent_network"]
+    for clique in latent.cliques:  # every table of E_q[n] sums to this release's N
+        total = jnp.sum(warm.extras["n_hat"][latent.slice_of(clique)])
+        assert float(total) == pytest.approx(200.0, rel=1e-9)
+    vem_module._ENGINES.clear()
+    fresh = variational_em(release(200), NET_SMALL, 200, **opts)
+    np.testing.assert_allclose(np.asarray(warm.model.theta), np.asarray(fresh.model.theta),
+                               atol=1e-8)
+
+
 def test_em_estep_option_on_a_user_model():
     """infer.EM(estep="variational") on a model written by hand (θ a param of the CGM site)."""
     import numpyro
