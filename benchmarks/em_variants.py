@@ -28,10 +28,11 @@ naive_oracle in every population at ≤ 20× naive's time.
 
 Run ``python -m benchmarks em_variants [--trials K] [--Ns ...] [--epsilons ...] [--values V]
 [--models ...] [--out DIR]``; writes ``em_variants.json``, ``em_variants.csv`` and
-``em_variants.md`` (:func:`summary_markdown`). Every row also carries ``leak``: the largest
-:func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak` of the triangulated tables at the
-naive MLE, the fraction of ``N`` the relaxed CGM moves into near-empty cells where the new
-estimators start.
+``em_variants.md`` (:func:`summary_markdown`) after every population. ``--merge A.json B.json
+...`` runs nothing and merges earlier runs (a grid split across commands). Every row also
+carries ``leak``: the largest :func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak` of
+the triangulated tables at the naive MLE, the fraction of ``N`` the relaxed CGM moves into
+near-empty cells where the new estimators start.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warm-every-cell", action="store_true",
                         help="fit an untimed population before every cell, not only before a "
                              "model's first ε at each N (compiled programs are shared across ε)")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="run nothing: merge the rows of earlier runs' em_variants.json "
+                             "(same model, seed, N, ε: fields of later files win) into --out")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
 
 
@@ -164,20 +168,30 @@ def _trial(args: argparse.Namespace, model: str, seed: int, n: int, eps: float,
 
 
 def _summarise(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """Per cell: mean KL, median time / naive, populations measured, and the target check.
+
+    An estimator measured on fewer populations of a cell (merged runs) is summarised over
+    those (``{name}_populations``); one not measured in a cell is left out of it.
+    """
     out = {}
     cells = sorted({(r["model"], r["N"], r["epsilon"]) for r in rows})
     for model, n, eps in cells:
         sel = [r for r in rows if (r["model"], r["N"], r["epsilon"]) == (model, n, eps)]
         cell: dict[str, Any] = {"populations": len(sel)}
         for name in names:
-            cell[f"{name}_kl_mean"] = statistics.mean(r[f"{name}_kl"] for r in sel)
+            have = [r for r in sel if f"{name}_kl" in r]
+            if not have:
+                continue
+            cell[f"{name}_populations"] = len(have)
+            cell[f"{name}_kl_mean"] = statistics.mean(r[f"{name}_kl"] for r in have)
             cell[f"{name}_time_ratio"] = statistics.median(
-                r[f"{name}_s"] / r["naive_s"] for r in sel)
+                r[f"{name}_s"] / r["naive_s"] for r in have)
         winners = []
         for name in NEW:
-            if name not in names or "naive_oracle" not in names:
+            if f"{name}_kl_mean" not in cell or "naive_oracle_kl_mean" not in cell:
                 continue
-            beats = all(r[f"{name}_kl"] < r["naive_oracle_kl"] for r in sel)
+            beats = all(r[f"{name}_kl"] < r["naive_oracle_kl"] for r in sel
+                        if f"{name}_kl" in r)
             fast = cell[f"{name}_time_ratio"] <= 20
             cell[f"{name}_beats_oracle_everywhere"] = beats
             if beats and fast:
@@ -194,13 +208,19 @@ def summary_markdown(rows: list[dict[str, Any]], names: list[str]) -> str:
              "|---|---|---|" + "---|" * len(names) + "---|"]
     for cell, v in summary.items():
         sel = [r for r in rows if f"{r['model']} N={r['N']} eps={r['epsilon']:g}" == cell]
-        leak = statistics.mean(r["leak"] for r in sel) if all("leak" in r for r in sel) else None
+        leaks = [r["leak"] for r in sel if "leak" in r]  # runs before it was recorded: none
+        leak = statistics.mean(leaks) if leaks else None
         naive_s = statistics.median(r["naive_s"] for r in sel) if "naive" in names else None
         parts = []
         for k in names:
+            if f"{k}_kl_mean" not in v:
+                parts.append("–")
+                continue
             ratio = (f"{naive_s:.2f} s" if k == "naive" and naive_s is not None
                      else f"{v[f'{k}_time_ratio']:.0f}×")
-            parts.append(f"{v[f'{k}_kl_mean']:.3f} ({ratio})")
+            pops = v[f"{k}_populations"]
+            few = f", {pops} pop{'s' if pops > 1 else ''}" if pops < v["populations"] else ""
+            parts.append(f"{v[f'{k}_kl_mean']:.3f} ({ratio}{few})")
         lines.append(f"| {cell.replace('eps', 'ε')} | {v['populations']} | "
                      + ("–" if leak is None else f"{leak:.3f}") + " | " + " | ".join(parts)
                      + f" | {', '.join(v['target_met_by']) or 'none'} |")
@@ -209,15 +229,56 @@ def summary_markdown(rows: list[dict[str, Any]], names: list[str]) -> str:
         lines += ["", "Per population, KL of naive_oracle / " + " / ".join(new) + ":", ""]
         for r in rows:
             lines.append(f"- {r['model']} N={r['N']} ε={r['epsilon']:g} seed {r['seed']}: "
-                         + " / ".join(f"{r[f'{k}_kl']:.3f}" for k in ["naive_oracle", *new])
+                         + " / ".join(f"{r[f'{k}_kl']:.3f}" if f"{k}_kl" in r else "–"
+                                      for k in ["naive_oracle", *new])
                          + f" (load {r['naive_load']:.1f})")
     return "\n".join(lines) + "\n"
+
+
+def merge_runs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """Rows of several ``em_variants.json`` merged by (model, seed, N, ε); later files win.
+
+    Returns the rows, the estimators present (in the default order) and the runs' commands.
+    """
+    merged: dict[tuple, dict[str, Any]] = {}
+    commands = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        commands.append(data["meta"]["command"])
+        for row in data["rows"]:
+            key = (row["model"], row["seed"], row["N"], row["epsilon"])
+            merged.setdefault(key, {}).update(row)
+    rows = [merged[k] for k in sorted(merged)]
+    order = ["naive", "naive_oracle", "map_em", "map_em_conv", *NEW]
+    names = [k for k in order if any(f"{k}_kl" in r for r in rows)]
+    return rows, names, commands
+
+
+def _write(out: Path, meta: dict, rows: list[dict[str, Any]], names: list[str]) -> None:
+    summary = _summarise(rows, names)
+    (out / "em_variants.json").write_text(json.dumps(
+        {"meta": meta, "summary": summary, "rows": rows}, indent=2))
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(out / "em_variants.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    (out / "em_variants.md").write_text(summary_markdown(rows, names))
 
 
 def main(args: argparse.Namespace) -> int:
     import numpyro
 
     numpyro.enable_x64()
+    if args.merge:
+        args.out.mkdir(parents=True, exist_ok=True)
+        rows, names, commands = merge_runs(args.merge)
+        meta = {"merged_from": [str(p) for p in args.merge], "commands": commands,
+                "command": "python -m benchmarks em_variants --merge "
+                           + " ".join(map(str, args.merge))}
+        _write(args.out, meta, rows, names)
+        print(summary_markdown(rows, names))
+        return 0
     names = list(args.estimators)
     rows: list[dict[str, Any]] = []
     args.out.mkdir(parents=True, exist_ok=True)
@@ -239,18 +300,6 @@ def main(args: argparse.Namespace) -> int:
                     print(f"{model} N={n} ε={eps:g} seed={seed} " + " ".join(
                         f"{k}:{row[f'{k}_kl']:.3f}/{row[f'{k}_s']:.2f}s" for k in names)
                         + f" load={os.getloadavg()[0]:.1f}", flush=True)
-                    summary = _summarise(rows, names)
-                    (args.out / "em_variants.json").write_text(json.dumps(
-                        {"meta": meta, "summary": summary, "rows": rows}, indent=2))
-    with open(args.out / "em_variants.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    summary = _summarise(rows, names)
-    (args.out / "em_variants.md").write_text(summary_markdown(rows, names))
-    print("\nsummary (mean KL; median time / naive):")
-    for cell, v in summary.items():
-        print(f"  {cell:28s} " + "  ".join(
-            f"{k} {v[f'{k}_kl_mean']:.3f} ({v[f'{k}_time_ratio']:.1f}x)" for k in names)
-            + f"  target met by {v['target_met_by'] or 'none'}")
+                    _write(args.out, meta, rows, names)
+    print("\n" + summary_markdown(rows, names))
     return 0

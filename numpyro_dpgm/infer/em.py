@@ -87,6 +87,14 @@ class EM:
         NLBP options.
     lbfgs_iters : int
         Iterations of the general M-step.
+    m_step_prox : float
+        Weight of the proximal term ``½·prox·‖u − u_t‖²`` added to the general M-step's
+        objective (``u``: the params' unconstrained values, ``u_t`` the current ones). It
+        leaves EM's fixed points unchanged (the term and its gradient vanish at ``u = u_t``) and
+        pins the directions along which ``Q`` is flat, such as the gauge of over-complete
+        log-potentials, where L-BFGS otherwise drifts: without it, variational EM on a 10-node
+        ER graph (``N = 10³``) moved ``θ`` to ±10⁶ along the gauge within three iterations,
+        until the log-partition function lost its precision.
     estep : {"nlbp", "variational", "mcmc"}
         The E-step (see above).
     estep_options : dict, optional
@@ -122,6 +130,7 @@ class EM:
         damping: Any = None,
         smoothing: float | None = None,
         lbfgs_iters: int = 200,
+        m_step_prox: float = 1e-6,
         estep: str = "nlbp",
         estep_options: dict | None = None,
     ):
@@ -137,6 +146,9 @@ class EM:
         self.max_iters = max_iters
         self.tol = tol
         self.lbfgs_iters = lbfgs_iters
+        if not m_step_prox >= 0:
+            raise ValueError(f"m_step_prox must be non-negative, got {m_step_prox}")
+        self.m_step_prox = float(m_step_prox)
         self.nlbp_options = dict(space=space, damping=damping, max_iters=inner_iters,
                                  smoothing=smoothing)
 
@@ -190,8 +202,8 @@ class EM:
         """:meth:`_make_m_step`, compiled once per model and argument structure."""
         static, treedef, positions, arrays = split_static((args, kwargs))
         names = tuple(k for k, s in tr.items() if s["type"] == "param")
-        cache_key = (self.model, self.latent, self.lbfgs_iters, names, static, treedef,
-                     positions)
+        cache_key = (self.model, self.latent, self.lbfgs_iters, self.m_step_prox, names, static,
+                     treedef, positions)
         try:
             found = _M_STEPS.get(cache_key)
         except TypeError:  # unhashable static arguments: no caching
@@ -228,9 +240,15 @@ class EM:
 
         solver = optax.lbfgs()
 
+        prox = self.m_step_prox
+
         @jax.jit
-        def solve(u: dict, n_hat: Any, arrays: tuple) -> dict:
-            f = lambda x: neg_q(x, n_hat, arrays)  # noqa: E731
+        def solve(u_t: dict, n_hat: Any, arrays: tuple) -> dict:
+            def f(x: dict) -> Any:  # Q plus the proximal term around the current params
+                moved = jax.tree_util.tree_map(lambda a, b: jnp.sum((a - b) ** 2), x, u_t)
+                return neg_q(x, n_hat, arrays) + 0.5 * prox * sum(
+                    jax.tree_util.tree_leaves(moved))
+
             value_and_grad = optax.value_and_grad_from_state(f)
 
             def step(carry: Any, _: Any) -> Any:
@@ -240,7 +258,7 @@ class EM:
                                                value_fn=f)
                 return (optax.apply_updates(u, updates), state), None
 
-            (u, _), _ = jax.lax.scan(step, (u, solver.init(u)), None, length=iters)
+            (u, _), _ = jax.lax.scan(step, (u_t, solver.init(u_t)), None, length=iters)
             return u
 
         def m_step(params: dict, n_hat: Any, arrays: tuple = arrays) -> dict:
