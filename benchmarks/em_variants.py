@@ -167,11 +167,30 @@ def _trial(args: argparse.Namespace, model: str, seed: int, n: int, eps: float,
     return row
 
 
+FAIL_FACTOR = 10.0
+
+
+def _failed(row: dict[str, Any], name: str) -> bool:
+    """Whether a fit of a new estimator failed numerically rather than estimated badly.
+
+    Its KL is not finite, above ``FAIL_FACTOR`` × naive's, or a whole number (to 1e-9): the
+    signature of a model whose log-partition function lost its precision (``θ`` of order
+    10⁶, as the general M-step produced along the gauge before its proximal term).
+    """
+    if name not in NEW:
+        return False
+    kl = row[f"{name}_kl"]
+    return (not np.isfinite(kl) or abs(kl - round(kl)) < 1e-9
+            or ("naive_kl" in row and kl > FAIL_FACTOR * row["naive_kl"]))
+
+
 def _summarise(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
     """Per cell: mean KL, median time / naive, populations measured, and the target check.
 
     An estimator measured on fewer populations of a cell (merged runs) is summarised over
-    those (``{name}_populations``); one not measured in a cell is left out of it.
+    those (``{name}_populations``); one not measured in a cell is left out of it. Failed fits
+    (:func:`_failed`) are counted (``{name}_failed``), left out of the mean, and fail the
+    target.
     """
     out = {}
     cells = sorted({(r["model"], r["N"], r["epsilon"]) for r in rows})
@@ -179,7 +198,11 @@ def _summarise(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
         sel = [r for r in rows if (r["model"], r["N"], r["epsilon"]) == (model, n, eps)]
         cell: dict[str, Any] = {"populations": len(sel)}
         for name in names:
-            have = [r for r in sel if f"{name}_kl" in r]
+            measured = [r for r in sel if f"{name}_kl" in r]
+            have = [r for r in measured if not _failed(r, name)]
+            if not measured:
+                continue
+            cell[f"{name}_failed"] = len(measured) - len(have)
             if not have:
                 continue
             cell[f"{name}_populations"] = len(have)
@@ -190,8 +213,8 @@ def _summarise(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
         for name in NEW:
             if f"{name}_kl_mean" not in cell or "naive_oracle_kl_mean" not in cell:
                 continue
-            beats = all(r[f"{name}_kl"] < r["naive_oracle_kl"] for r in sel
-                        if f"{name}_kl" in r)
+            beats = not cell[f"{name}_failed"] and all(
+                r[f"{name}_kl"] < r["naive_oracle_kl"] for r in sel if f"{name}_kl" in r)
             fast = cell[f"{name}_time_ratio"] <= 20
             cell[f"{name}_beats_oracle_everywhere"] = beats
             if beats and fast:
@@ -213,13 +236,15 @@ def summary_markdown(rows: list[dict[str, Any]], names: list[str]) -> str:
         naive_s = statistics.median(r["naive_s"] for r in sel) if "naive" in names else None
         parts = []
         for k in names:
+            failed = v.get(f"{k}_failed", 0)
             if f"{k}_kl_mean" not in v:
-                parts.append("–")
+                parts.append(f"{failed} failed" if failed else "–")
                 continue
             ratio = (f"{naive_s:.2f} s" if k == "naive" and naive_s is not None
                      else f"{v[f'{k}_time_ratio']:.0f}×")
             pops = v[f"{k}_populations"]
             few = f", {pops} pop{'s' if pops > 1 else ''}" if pops < v["populations"] else ""
+            few += f", {failed} failed" if failed else ""
             parts.append(f"{v[f'{k}_kl_mean']:.3f} ({ratio}{few})")
         lines.append(f"| {cell.replace('eps', 'ε')} | {v['populations']} | "
                      + ("–" if leak is None else f"{leak:.3f}") + " | " + " | ".join(parts)
