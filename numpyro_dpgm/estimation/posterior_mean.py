@@ -127,7 +127,7 @@ def posterior_mean(
         from .variational_em import estep_engine
 
         options = dict(guide="normal", first_steps=svi_steps, steps=svi_steps,
-                       learning_rate=learning_rate, mean_draws=1, init="uniform")
+                       learning_rate=learning_rate, mean_draws=1)
         engine = estep_engine("variational", model, "n", options)
         k_fit, k_draw = jax.random.split(key)
         res = engine(k_fit, {}, (y,), {})

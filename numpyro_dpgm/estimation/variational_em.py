@@ -238,14 +238,17 @@ class VariationalEStep:
         Monte-Carlo particles of the ELBO gradient.
     mean_draws : int
         Guide draws averaged into ``E_q[n]``.
-    init : {"mean", "uniform"}
-        Where the guide's location starts for relaxed CGM sites: the CGM's mean ``N·μ(θ)`` at
-        the first call's params (the prior mean of the first E-step) or uniform tables.
+
+    Notes
+    -----
+    The guide starts at uniform tables ``N / |X_C|`` (not at ``N·μ(θ₀)``): an autoguide fixes
+    its starting point when first set up, so a data-dependent start would carry over from the
+    first release fitted with a cached engine to the next.
     """
 
     def __init__(self, model: Callable, latent: str, *, guide: str = "normal",
                  first_steps: int = 1000, steps: int = 200, learning_rate: float = 0.05,
-                 num_particles: int = 1, mean_draws: int = 256, init: str = "mean"):
+                 num_particles: int = 1, mean_draws: int = 256):
         if guide not in _AUTOGUIDES:
             raise ValueError(f"guide must be one of {sorted(_AUTOGUIDES)}, got {guide!r}")
         if min(first_steps, steps, num_particles, mean_draws) < 1:
@@ -255,8 +258,7 @@ class VariationalEStep:
         self.latent = latent
         self.first_steps, self.steps, self.mean_draws = int(first_steps), int(steps), mean_draws
         self.model = conditioned_on_params(model)
-        self.guide = _AUTOGUIDES[guide](
-            self.model, init_loc_fn=init_to_interior(radius=0.0, center=init))
+        self.guide = _AUTOGUIDES[guide](self.model, init_loc_fn=init_to_interior(radius=0.0))
         self.svi = SVI(self.model, self.guide, numpyro.optim.Adam(learning_rate),
                        Trace_ELBO(num_particles))
         self.state = None
