@@ -616,16 +616,13 @@ def init_to_interior(
     site: dict | None = None,
     values: Mapping[str, Array] | None = None,
     radius: float = 0.5,
-    center: str = "uniform",
 ) -> Any:
     """Initialisation strategy: given interior values, jittered in the unconstrained space.
 
     For a latent site with a value in ``values``: ``T(T⁻¹(value) + U(−radius, radius))`` with
     ``T = biject_to(support)``, drawn from the site's random key (so every chain starts at its
     own point). A relaxed CGM site without a value starts from uniform tables ``N / |X_C|``
-    (``center="uniform"``) or from its mean ``N·μ(θ)`` under the site's own ``θ``
-    (``center="mean"``: the prior mean of ``p(n; θ)``, the natural start of an E-step at
-    ``θ_t``), jittered likewise; other sites fall back to :func:`numpyro.infer.init_to_uniform`.
+    jittered likewise; other sites fall back to :func:`numpyro.infer.init_to_uniform`.
 
     Exact CGM draws contain zero cells, which the bijection maps to ``−∞``; that is why NumPyro's
     ``init_to_median`` / ``init_to_sample`` fail on a relaxed CGM site and this strategy is used.
@@ -635,13 +632,9 @@ def init_to_interior(
     values : mapping site name -> constrained value, optional
     radius : float
         Half-width of the jitter (0: start exactly at the values).
-    center : {"uniform", "mean"}
-        Where a relaxed CGM site without a value starts.
     """
-    if center not in ("uniform", "mean"):
-        raise ValueError(f"center must be 'uniform' or 'mean', got {center!r}")
     if site is None:
-        return functools.partial(init_to_interior, values=values, radius=radius, center=center)
+        return functools.partial(init_to_interior, values=values, radius=radius)
     values = {} if values is None else values
     if site["type"] != "sample" or site["is_observed"]:
         return None
@@ -649,13 +642,13 @@ def init_to_interior(
     support = fn.support
     name = site["name"]
     if name in values:
-        start = jnp.broadcast_to(jnp.asarray(values[name]), fn.shape())
+        center = jnp.broadcast_to(jnp.asarray(values[name]), fn.shape())
     elif isinstance(support, _ScaledMarginalPolytope):
-        start = fn.mean if center == "mean" else support.feasible_like(jnp.zeros(fn.shape()))
+        center = support.feasible_like(jnp.zeros(fn.shape()))
     else:
         return init_to_uniform(site, radius=2.0 if radius <= 0 else radius)
     transform = biject_to(support)
-    u = transform.inv(start)
+    u = transform.inv(center)
     finite = jnp.all(jnp.isfinite(u))
     if not isinstance(finite, jax.core.Tracer) and not bool(finite):
         raise ValueError(
