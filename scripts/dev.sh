@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# One entry point for a fresh machine: finds Python >= 3.12, builds .venv, installs the package,
-# then runs what was asked.
+# One entry point for a fresh machine: finds Python >= 3.12, builds .venv, installs the package
+# with the exact versions of requirements/lock.txt, then runs what was asked.
 #   bash scripts/dev.sh demo [args]   run the demo on the bundled Adult data
 #   bash scripts/dev.sh test [paths]  run the test suite and execute the notebooks (what CI runs)
+#   bash scripts/dev.sh plain         build the wheel, install it without extras into a new venv
+#                                     (oldest Python >= 3.12 found), import every module, run a
+#                                     tiny fit and `dpgm release` -> `fit` -> `synth` (CI runs it)
 #   bash scripts/dev.sh bench [args]  run the benchmarks (installs the peer, mbi)
 #   bash scripts/dev.sh docs [args]   build the documentation site into site/ (mkdocs --strict)
 #   bash scripts/dev.sh lint          ruff
+#   bash scripts/dev.sh lock          refresh requirements/lock.txt: the newest versions that
+#                                     pyproject.toml's ranges allow, for Python 3.12 and newer
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 venv="${DPGM_VENV:-$here/.venv}"
+lock="$here/requirements/lock.txt"
+uv_version="0.13.9"   # the resolver that writes the lock (`dev.sh lock`); pip installs from it
 
 ok_python() {  # prints the interpreter if it is >= 3.12
   "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1 && echo "$1"
@@ -29,25 +36,67 @@ find_python() {
   return 1
 }
 
+find_python_oldest() {  # the oldest interpreter >= 3.12 found, for the plain-install check
+  local c v
+  [ -n "${DPGM_PLAIN_PYTHON:-}" ] && ok_python "$DPGM_PLAIN_PYTHON" && return 0
+  for v in 12 13 14; do
+    for c in "python3.$v" "$(pyenv root 2>/dev/null)/versions/3.$v"*/bin/python; do
+      command -v "$c" >/dev/null 2>&1 && ok_python "$c" && return 0
+    done
+  done
+  find_python
+}
+
+no_python() {
+  echo "error: numpyro_dpgm needs Python >= 3.12 and none was found." >&2
+  echo "Install one (e.g. 'pyenv install 3.12', or your system's python3.12 package)," >&2
+  echo "or point DPGM_PYTHON at it, then run this command again." >&2
+  exit 2
+}
+
+new_venv() {  # new_venv PYTHON DIR: a venv with the locked pip, setuptools and wheel
+  "$1" -m venv "$2"
+  "$2/bin/python" -m pip install --quiet -c "$lock" pip setuptools wheel
+}
+
 ensure_venv() {
   local extras="$1" stamp py
   if [ ! -x "$venv/bin/python" ]; then
-    if ! py="$(find_python)"; then
-      echo "error: numpyro_dpgm needs Python >= 3.12 and none was found." >&2
-      echo "Install one (e.g. 'pyenv install 3.12', or your system's python3.12 package)," >&2
-      echo "or point DPGM_PYTHON at it, then run this command again." >&2
-      exit 2
-    fi
+    py="$(find_python)" || no_python
     echo "[dev.sh] creating $venv with $py ($("$py" --version))" >&2
-    "$py" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --upgrade pip
+    new_venv "$py" "$venv"
   fi
-  stamp="$venv/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)-$extras"
+  stamp="$venv/.installed-$(cat pyproject.toml "$lock" | sha1sum | cut -c1-12)-$extras"
   if [ ! -f "$stamp" ]; then
-    echo "[dev.sh] installing numpyro_dpgm[$extras] into $venv" >&2
-    "$venv/bin/python" -m pip install --quiet -e ".[$extras]"
+    echo "[dev.sh] installing numpyro_dpgm[$extras] into $venv (versions: requirements/lock.txt)" >&2
+    "$venv/bin/python" -m pip install --quiet -c "$lock" pip setuptools wheel
+    "$venv/bin/python" -m pip install --quiet --no-build-isolation -c "$lock" -e ".[$extras]"
+    rm -f "$venv"/.installed-*
     touch "$stamp"
   fi
+}
+
+plain_check() {  # the wheel, without extras, in a new venv, run from outside the source tree
+  local py
+  py="$(find_python_oldest)" || no_python
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "${tmp:-}"' EXIT
+  echo "[dev.sh] plain install: wheel into a new venv with $py ($("$py" --version))" >&2
+  new_venv "$py" "$tmp/venv"
+  "$tmp/venv/bin/python" -m pip wheel --quiet --no-deps --no-build-isolation -w "$tmp/dist" .
+  "$tmp/venv/bin/python" -m pip install --quiet -c "$lock" "$tmp"/dist/numpyro_dpgm-*.whl
+  (cd "$tmp" && "$tmp/venv/bin/python" "$here/scripts/plain_install_check.py")
+}
+
+refresh_lock() {
+  local tool="${TMPDIR:-/tmp}/dpgm-uv-$uv_version" py
+  if [ ! -x "$tool/bin/uv" ]; then
+    py="$(find_python)" || no_python
+    "$py" -m venv "$tool" && "$tool/bin/python" -m pip install --quiet "uv==$uv_version"
+  fi
+  "$tool/bin/uv" pip compile pyproject.toml requirements/tools.in --all-extras --universal \
+    --python-version 3.12 --upgrade --quiet -o requirements/lock.txt
+  echo "[dev.sh] wrote $lock; run 'bash scripts/dev.sh test' and commit it if the suite passes" >&2
 }
 
 cmd="${1:-help}"; shift || true
@@ -58,6 +107,8 @@ case "$cmd" in
          exec "$venv/bin/python" -m pytest -n "${DPGM_TEST_WORKERS:-2}" --nbmake "$@" ;;
   bench) ensure_venv dev,bench; exec "$venv/bin/python" -m benchmarks "$@" ;;
   docs)  ensure_venv dev; exec "$venv/bin/mkdocs" build --strict --site-dir site "$@" ;;
-  lint)  ensure_venv dev; exec "$venv/bin/ruff" check numpyro_dpgm tests benchmarks ;;
-  *) sed -n '2,9p' "$0"; exit 1 ;;
+  lint)  ensure_venv dev; exec "$venv/bin/ruff" check numpyro_dpgm tests benchmarks scripts ;;
+  plain) plain_check ;;
+  lock)  refresh_lock ;;
+  *) sed -n '2,15p' "$0"; exit 1 ;;
 esac

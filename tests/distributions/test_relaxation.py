@@ -34,8 +34,12 @@ def _quad_mean(lam: float) -> float:
     f = lambda n: np.exp(n * np.log(lam) - gammaln(n + 1.0) - shift)  # noqa: E731
     upper = lam + 30 * np.sqrt(lam) + 60
     points = [lam] if lam > 1 else None
-    z = quad(f, 0, upper, limit=500, points=points)[0]
-    return quad(lambda n: n * f(n), 0, upper, limit=500, points=points)[0] / z
+    z, z_err = quad(f, 0, upper, limit=500, points=points, epsabs=0, epsrel=1e-12)
+    m, m_err = quad(lambda n: n * f(n), 0, upper, limit=500, points=points, epsabs=0,
+                    epsrel=1e-12)
+    # adaptive quadrature reports its error estimate: assert it is below the 1e-9 the test checks
+    assert z_err <= 1e-10 * z and m_err <= 1e-10 * max(m, 1e-300), (z_err, m_err)
+    return m / z
 
 
 def test_relaxed_cell_mean_matches_adaptive_quadrature():
