@@ -61,7 +61,8 @@ from ..data import Dataset, records_to_array
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Domain
 from ..network import MarkovNetwork
-from ..privacy.accounting import ZCDP, ApproxDP, PrivacyLedger
+from ..privacy.guarantees import ZCDP, ApproxDP
+from ..privacy.ledger import PrivacyLedger
 from .frank_wolfe import (
     NoiseMultiplier,
     check_iterations,

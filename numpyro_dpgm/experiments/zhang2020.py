@@ -50,7 +50,8 @@ from ..estimation.ising import (
     learn_structure,
     pairwise_to_mrf,
 )
-from ..privacy.accounting import ApproxDP, approx_to_zcdp
+from ..privacy.conversions import approx_to_zcdp
+from ..privacy.guarantees import ApproxDP
 
 __all__ = ["DELTA", "ising_cycle", "pairwise_cycle", "run", "sample_exact"]
 
