@@ -50,7 +50,8 @@ import numpy as np
 from ..data import count, load_demo
 from ..domain import Domain
 from ..estimation.prox_pgm import ExactOracle, prox_pgm
-from ..inference.region_graph import ConvexGBPOracle, build_region_graph
+from ..inference.gbp import ConvexGBPOracle
+from ..inference.region_graph import build_region_graph
 from ..measurements import Gaussian, Laplace, Measurement
 from ..network import MarkovNetwork
 from ..privacy.calibration import analytic_gaussian_delta, gaussian_sigma_approx
