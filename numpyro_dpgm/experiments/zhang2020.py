@@ -43,7 +43,7 @@ import numpy as np
 
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Domain
-from ..estimation.ising import (
+from ..estimation.private_mrf import (
     ising_to_mrf,
     learn_ising,
     learn_pairwise,
