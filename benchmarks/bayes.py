@@ -102,7 +102,8 @@ def nuts(model: Any, start: dict, seed: int,
     figures and the flat posterior draws."""
     from numpyro.infer import MCMC, NUTS
 
-    from numpyro_dpgm.infer.bayes import NUTS_FIELDS, init_to_interior
+    from numpyro_dpgm.infer.bayes import init_to_interior
+    from numpyro_dpgm.infer.bayes.nuts import NUTS_FIELDS
     from numpyro_dpgm.infer.diagnostics import convergence_report, to_inference_data
 
     kernel = NUTS(model, init_strategy=init_to_interior(values=start, radius=0.5))

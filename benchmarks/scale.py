@@ -8,7 +8,7 @@ The two marginal oracles of Prox-PGM are timed as ``prox_pgm`` calls them,
   (``--max-clique-bytes``, default the library's 1 GiB) are refused by the oracle with
   :class:`~numpyro_dpgm.inference.junction_tree.CliqueTooLargeError`; the refusal and its
   message are recorded.
-- **convex_gbp**: :class:`numpyro_dpgm.inference.region_graph.ConvexGBPOracle` (saturated
+- **convex_gbp**: :class:`numpyro_dpgm.inference.gbp.ConvexGBPOracle` (saturated
   region graph, counting numbers 1, one warm-started sweep per call: APPGM's oracle, seed 003
   §4), called from the state of the previous call.
 
@@ -124,7 +124,7 @@ def run_workload(n: int, m: int, args: argparse.Namespace) -> dict[str, Any]:
     """Both oracles on a random network of ``n`` attributes and ``m`` pairwise cliques."""
     from numpyro_dpgm import Domain, MarkovNetwork
     from numpyro_dpgm.estimation.prox_pgm import ExactOracle
-    from numpyro_dpgm.inference.region_graph import ConvexGBPOracle
+    from numpyro_dpgm.inference.gbp import ConvexGBPOracle
 
     rng = np.random.default_rng([args.seed, n, m])
     domain = Domain({f"x{i}": args.values for i in range(n)})

@@ -64,7 +64,7 @@ def _message(err: BaseException) -> str:
 @contextmanager
 def _input_errors() -> Iterator[None]:
     """Turn the library's input errors into one-line errors with exit code 2."""
-    from .privacy.accounting import BudgetExceededError
+    from .privacy.ledger import BudgetExceededError
 
     try:
         yield
@@ -216,7 +216,7 @@ def _parse_cliques(specs: list[str], cliques_file: Path | None) -> list[tuple[st
 
 
 def _budget(mechanism: str, epsilon: float, delta: float | None) -> Any:
-    from .privacy.accounting import ApproxDP, PureDP
+    from .privacy.guarantees import ApproxDP, PureDP
 
     if not epsilon > 0:
         raise ValueError(f"--epsilon must be positive, got {epsilon}")
@@ -235,7 +235,8 @@ def _ledger_for(ledger_path: Path | None, total_budget: float | None, delta: flo
                 spend: Any) -> tuple[Any, bool]:
     """The ledger to debit and whether it came from (and goes back to) ``ledger_path``."""
     from .io import load_ledger
-    from .privacy.accounting import ApproxDP, PrivacyLedger, PureDP
+    from .privacy.guarantees import ApproxDP, PureDP
+    from .privacy.ledger import PrivacyLedger
 
     if ledger_path is None:
         if total_budget is not None:

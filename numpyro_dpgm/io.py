@@ -47,7 +47,7 @@ A measurements file adds
     ``null``, or ``{"total": COST, "currency": "pure" | "zcdp" | "approx", "conversion":
     "bs16" | "cks20", "entries": [{"label": str, "cost": COST, "charge": number or
     [ε, δ], "details": VALUE}]}``: the state of the
-    :class:`~numpyro_dpgm.privacy.accounting.PrivacyLedger` after the release (its total budget
+    :class:`~numpyro_dpgm.privacy.ledger.PrivacyLedger` after the release (its total budget
     and every debit so far). Loading replays the debits into a fresh ledger and checks every
     charge.
 
@@ -101,7 +101,8 @@ from .measurements import (
     NoiseSpec,
 )
 from .network import MarkovNetwork
-from .privacy.accounting import ZCDP, ApproxDP, PrivacyCost, PrivacyLedger, PureDP
+from .privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
+from .privacy.ledger import PrivacyLedger
 from .privacy.mechanisms import Sensitivity
 
 __all__ = [

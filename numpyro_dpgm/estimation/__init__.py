@@ -3,7 +3,12 @@
 from ..measurements import estimate_total
 from .cgm_em import cgm_em, m_step
 from .frank_wolfe import FrankWolfeResult, private_frank_wolfe
-from .ising import (
+from .losses import measurement_loss
+from .mcem import mcem
+from .mechanisms import exponential_mechanism, mwem_pgm, workload_error
+from .naive import DEFAULT_L2_FLOOR, default_l2, fit_mle, naive_mle, project_simplex
+from .posterior_mean import posterior_mean
+from .private_mrf import (
     learn_ising,
     learn_pairwise,
     learn_structure,
@@ -11,11 +16,6 @@ from .ising import (
     pmw_parities,
     stable_mode,
 )
-from .losses import measurement_loss
-from .mcem import mcem
-from .mechanisms import exponential_mechanism, mwem_pgm, workload_error
-from .naive import DEFAULT_L2_FLOOR, default_l2, fit_mle, naive_mle, project_simplex
-from .posterior_mean import posterior_mean
 from .prox_pgm import ExactOracle, MarginalOracle, answer_queries, prox_pgm
 from .psgd import UnreachableEpsilonError, calibrate_noise_multiplier, psgd
 from .result import Result

@@ -58,7 +58,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._precision import warn_if_float32
-from ..privacy.accounting import ZCDP, ApproxDP, PrivacyLedger, PureDP, approx_to_zcdp
+from ..privacy.conversions import approx_to_zcdp
+from ..privacy.guarantees import ZCDP, ApproxDP, PureDP
+from ..privacy.ledger import PrivacyLedger
 
 __all__ = [
     "DEFAULT_NONPRIVATE_ITERATIONS",

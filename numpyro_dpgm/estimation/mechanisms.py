@@ -65,14 +65,9 @@ from ..inference import junction_tree as jt
 from ..measurements import Gaussian, Measurement
 from ..metrics import embed_theta
 from ..network import MarkovNetwork
-from ..privacy.accounting import (
-    ZCDP,
-    ApproxDP,
-    PrivacyCost,
-    PrivacyLedger,
-    PureDP,
-    approx_to_zcdp,
-)
+from ..privacy.conversions import approx_to_zcdp
+from ..privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
+from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import _check_neighbours, calibrate, marginal_sensitivity, release_tables
 from .prox_pgm import MarginalOracle, prox_pgm
 from .result import Result

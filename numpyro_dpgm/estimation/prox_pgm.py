@@ -66,7 +66,7 @@ from .._precision import warn_if_float32
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
 from ..inference import junction_tree as jt
-from ..inference.region_graph import ConvexGBPOracle
+from ..inference.gbp import ConvexGBPOracle
 from ..measurements import Measurement, estimate_total
 from ..network import MarkovNetwork
 from ..tables import CliqueTables, project_table

@@ -50,15 +50,13 @@ import numpy as np
 from ..data import count, load_demo
 from ..domain import Domain
 from ..estimation.prox_pgm import ExactOracle, prox_pgm
-from ..inference.region_graph import ConvexGBPOracle, build_region_graph
+from ..inference.gbp import ConvexGBPOracle
+from ..inference.region_graph import build_region_graph
 from ..measurements import Gaussian, Laplace, Measurement
 from ..network import MarkovNetwork
-from ..privacy.accounting import (
-    ApproxDP,
-    PrivacyLedger,
-    analytic_gaussian_delta,
-    gaussian_sigma_approx,
-)
+from ..privacy.calibration import analytic_gaussian_delta, gaussian_sigma_approx
+from ..privacy.guarantees import ApproxDP
+from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import simulate_noise
 
 __all__ = ["DELTA", "EXACT_CELL_CAP", "PAPER", "SIGMA_RDP", "adult_cliques", "run"]

@@ -43,14 +43,15 @@ import numpy as np
 
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Domain
-from ..estimation.ising import (
+from ..estimation.private_mrf import (
     ising_to_mrf,
     learn_ising,
     learn_pairwise,
     learn_structure,
     pairwise_to_mrf,
 )
-from ..privacy.accounting import ApproxDP, approx_to_zcdp
+from ..privacy.conversions import approx_to_zcdp
+from ..privacy.guarantees import ApproxDP
 
 __all__ = ["DELTA", "ising_cycle", "pairwise_cycle", "run", "sample_exact"]
 

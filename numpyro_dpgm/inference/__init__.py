@@ -1,5 +1,6 @@
 """Marginal oracles: given log-potentials, return log Z and clique marginals."""
 
+from .gbp import ConvexGBPOracle, GBPState, convex_gbp
 from .junction_tree import (
     Calibrated,
     JunctionTree,
@@ -10,13 +11,7 @@ from .junction_tree import (
     marginals,
     sample,
 )
-from .region_graph import (
-    ConvexGBPOracle,
-    GBPState,
-    RegionGraph,
-    build_region_graph,
-    convex_gbp,
-)
+from .region_graph import RegionGraph, build_region_graph
 
 __all__ = [
     "Calibrated",

@@ -1,31 +1,23 @@
-"""Differential privacy: budgets and ledgers (:mod:`.accounting`), releases of clique tables
-(:mod:`.mechanisms`).
+"""Differential privacy: guarantees and their composition (:mod:`.guarantees`), conversions
+between them (:mod:`.conversions`), noise calibration (:mod:`.calibration`), budgets and ledgers
+(:mod:`.ledger`), releases of clique tables (:mod:`.mechanisms`).
 
 Real releases draw their noise with OpenDP's vetted samplers (``sampler="opendp"``, the
 default); the JAX sampler (``sampler="jax"``, :func:`simulate_release`, :func:`simulate_noise`)
 is for simulation studies only.
 """
 
-from .accounting import (
-    ZCDP,
-    ApproxDP,
-    BudgetExceededError,
-    LedgerEntry,
-    PrivacyBudget,
-    PrivacyCost,
-    PrivacyLedger,
-    PureDP,
+from .calibration import (
     analytic_gaussian_delta,
     analytic_gaussian_epsilon,
-    approx_to_zcdp,
-    compose,
     gaussian_rho,
     gaussian_sigma_approx,
     gaussian_sigma_zcdp,
     laplace_scale,
-    pure_to_zcdp,
-    zcdp_to_approx,
 )
+from .conversions import approx_to_zcdp, pure_to_zcdp, zcdp_to_approx
+from .guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP, compose
+from .ledger import BudgetExceededError, LedgerEntry, PrivacyBudget, PrivacyLedger
 from .mechanisms import (
     MECHANISMS,
     NEIGHBOURS,

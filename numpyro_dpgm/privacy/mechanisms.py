@@ -45,9 +45,9 @@ Noise back ends (``sampler=``):
   experiments and tests); it uses floating-point samplers that are not safe for real releases.
   :func:`simulate_release` is the same as ``release(..., sampler="jax", rng=key)``.
 
-When a :class:`~numpyro_dpgm.privacy.accounting.PrivacyLedger` is given, it is debited after all
+When a :class:`~numpyro_dpgm.privacy.ledger.PrivacyLedger` is given, it is debited after all
 arguments are validated and before any noise is drawn; a release that would overspend raises
-:class:`~numpyro_dpgm.privacy.accounting.BudgetExceededError` and draws nothing.
+:class:`~numpyro_dpgm.privacy.ledger.BudgetExceededError` and draws nothing.
 """
 
 from __future__ import annotations
@@ -77,20 +77,10 @@ from ..measurements import (
 )
 from ..network import MarkovNetwork
 from ..tables import CliqueTables
-from .accounting import (
-    ZCDP,
-    ApproxDP,
-    Conversion,
-    PrivacyCost,
-    PrivacyLedger,
-    PureDP,
-    _check_conversion,
-    approx_to_zcdp,
-    gaussian_rho,
-    gaussian_sigma_approx,
-    gaussian_sigma_zcdp,
-    laplace_scale,
-)
+from .calibration import gaussian_rho, gaussian_sigma_approx, gaussian_sigma_zcdp, laplace_scale
+from .conversions import Conversion, _check_conversion, approx_to_zcdp
+from .guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
+from .ledger import PrivacyLedger
 
 __all__ = [
     "MECHANISMS",

@@ -31,8 +31,9 @@ from seed001_models import (
 
 from numpyro_dpgm import Domain, MarkovRandomField
 from numpyro_dpgm.estimation import Result
-from numpyro_dpgm.estimation import ising as ising_mod
-from numpyro_dpgm.estimation.ising import (
+from numpyro_dpgm.estimation.private_mrf import _regressions as regressions_mod
+from numpyro_dpgm.estimation.private_mrf import ising as ising_mod
+from numpyro_dpgm.estimation.private_mrf import (
     ising_to_mrf,
     learn_ising,
     learn_pairwise,
@@ -44,6 +45,10 @@ from numpyro_dpgm.estimation.ising import (
     stable_mode,
     twise_to_mrf,
 )
+from numpyro_dpgm.estimation.private_mrf import pairwise as pairwise_mod
+from numpyro_dpgm.estimation.private_mrf import parities as parities_mod
+from numpyro_dpgm.estimation.private_mrf import structure as structure_mod
+from numpyro_dpgm.estimation.private_mrf import twise as twise_mod
 from numpyro_dpgm.privacy import (
     ZCDP,
     ApproxDP,
@@ -202,9 +207,13 @@ def test_ledger_refuses_before_touching_the_data(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("computation started before the ledger refused")
 
-    for name in ("_ising_regressions", "_pairwise_regressions", "run_frank_wolfe_batch",
-                 "_solve_problems", "pmw_parities", "_ising_block_graphs"):
-        monkeypatch.setattr(ising_mod, name, boom)
+    for module, name in ((ising_mod, "_ising_regressions"), (pairwise_mod, "_pairwise_regressions"),
+                         (pairwise_mod, "run_frank_wolfe_batch"),
+                         (regressions_mod, "run_frank_wolfe_batch"),
+                         (ising_mod, "_solve_problems"), (twise_mod, "_solve_problems"),
+                         (structure_mod, "_solve_problems"), (twise_mod, "pmw_parities"),
+                         (structure_mod, "_ising_block_graphs")):
+        monkeypatch.setattr(module, name, boom)
     ledger = PrivacyLedger(ZCDP(0.5))
     with pytest.raises(BudgetExceededError):
         learn_ising(z, 1.0, width=LAM, key=jax.random.key(0), ledger=ledger)
@@ -494,4 +503,4 @@ def test_input_errors():
 
 
 def test_all_spin_enumeration_matches_library():
-    np.testing.assert_array_equal(ising_mod._all_spin_states(4), all_spins(4))
+    np.testing.assert_array_equal(parities_mod._all_spin_states(4), all_spins(4))

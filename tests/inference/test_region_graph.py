@@ -38,12 +38,11 @@ import numpy as np
 import pytest
 
 from numpyro_dpgm import MarkovNetwork
+from numpyro_dpgm.inference import _region_layout as layout
 from numpyro_dpgm.inference import junction_tree as jt
-from numpyro_dpgm.inference import region_graph as rgm
-from numpyro_dpgm.inference.region_graph import (
+from numpyro_dpgm.inference.gbp import (
     ConvexGBPOracle,
     GBPState,
-    build_region_graph,
     convex_gbp,
     dual_objective,
     free_energy,
@@ -52,6 +51,7 @@ from numpyro_dpgm.inference.region_graph import (
     log_partition,
     region_beliefs,
 )
+from numpyro_dpgm.inference.region_graph import build_region_graph
 
 TOL = 1e-8
 
@@ -575,7 +575,7 @@ def test_clear_errors():
 def test_private_layout_covers_every_cell_once():
     """Index plans: every region cell and message cell is one row; parents' fans partition."""
     rg = build_region_graph(_decomposable(), "saturated", "kikuchi")
-    host = rgm._host_layout(rg)
+    host = layout._host_layout(rg)
     assert sum(i.shape[0] for i in host["psi"]["index"]) == rg.num_cells
     assert sum(i.shape[0] for i in host["fan"]["index"]) == rg.num_message_cells
     fans = np.concatenate([i.ravel() for i in host["fan"]["index"]])

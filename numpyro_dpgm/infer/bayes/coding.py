@@ -1,0 +1,146 @@
+"""The gauge of the clique log-potentials: minimal reference-coded parameters ``θ = M φ``.
+
+The clique log-potentials ``θ`` are overcomplete: adding a constant to one clique table and
+subtracting it from another, or moving a function of a separator from one clique to a neighbour,
+leaves ``p_θ`` unchanged, so a prior placed directly on ``θ`` puts mass along directions the
+likelihood cannot see. The prior is therefore placed on *minimal reference-coded*
+(corner-constraint) parameters ``φ``: for every non-empty attribute set ``A`` contained in some
+clique (the cliques' downward closure) and every cell ``v`` of ``A`` in which **no** attribute
+takes its reference value 0, one parameter ``λ_A(v)``; the log-density of a record is
+
+.. math:: \\log p(x) = \\sum_A λ_A(x_A)\\, 1[x_a ≠ 0\\ ∀ a ∈ A] - \\log Z(φ).
+
+Each ``λ_A`` is written into the table of one clique containing ``A`` (the first in the
+network's order), which defines the 0/1 matrix ``M``. These indicator features and the constant
+form a basis of the functions ``Σ_C g_C(x_C)``, so ``φ ↦ p_{Mφ}`` reaches every distribution of
+the model family exactly once (:meth:`ReferenceCoding.from_theta` is the inverse, by Möbius
+inversion at the reference cell). Main effects ``λ_{a}(v)`` are log odds of level ``v`` against
+level 0 at the reference of the other attributes; interactions are log odds ratios. The prior is
+not invariant to the choice of reference level (level 0 of every attribute).
+
+The number of free parameters is ``Σ_A Π_{a∈A}(k_a − 1)``, far fewer than ``num_params``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from ...domain import Clique
+from ...network import MarkovNetwork
+from .labels import _cell_label
+
+__all__ = ["ReferenceCoding", "reference_coding"]
+
+Array = Any
+
+
+class ReferenceCoding:
+    """Minimal reference-coded parameterisation ``θ = M φ`` of a network (see the module notes).
+
+    Build it with :func:`reference_coding` (cached per network).
+
+    Attributes
+    ----------
+    network : MarkovNetwork
+    terms : tuple of (attribute tuple, host clique index)
+        The interaction sets ``A`` (attributes in domain order, ordered by size then domain
+        order) and the network clique whose table holds ``λ_A``.
+    dim : int
+        Number of parameters ``φ``.
+    labels : list of str
+        ``"a=1,b=2"`` for ``λ_{(a,b)}(1, 2)``.
+    """
+
+    def __init__(self, network: MarkovNetwork):
+        if not isinstance(network, MarkovNetwork):
+            raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
+        domain = network.domain
+        subsets: set[frozenset[str]] = set()
+        for c in network.cliques:
+            for r in range(1, len(c) + 1):
+                subsets.update(frozenset(s) for s in itertools.combinations(c, r))
+        order = {a: i for i, a in enumerate(domain.attrs)}
+        terms = sorted((domain.sorted(s) for s in subsets),
+                       key=lambda t: (len(t), [order[a] for a in t]))
+        hosts = []
+        for t in terms:
+            hosts.append(next(i for i, c in enumerate(network.cliques) if set(t) <= set(c)))
+        self.network = network
+        self.terms: tuple[tuple[Clique, int], ...] = tuple(zip(terms, hosts, strict=True))
+
+        labels: list[str] = []
+        to_rows, to_cols = [], []  # θ index, φ index: θ = segment-sum of φ
+        inv_rows, inv_cols, inv_sign = [], [], []  # φ index, θ index, ±1: φ = R θ
+        j = 0
+        for attrs, host in self.terms:
+            levels = [range(1, domain[a]) for a in attrs]
+            hc = network.cliques[host]
+            hshape = network.shapes[host]
+            containing = [i for i, c in enumerate(network.cliques) if set(attrs) <= set(c)]
+            for v in itertools.product(*levels):
+                labels.append(_cell_label(attrs, v))
+                val = dict(zip(attrs, v, strict=True))
+                # M: every cell of the host table with x_A = v
+                for cell in np.ndindex(*hshape):
+                    if all(cell[hc.index(a)] == val[a] for a in attrs):
+                        to_rows.append(network.offsets[host] + np.ravel_multi_index(cell, hshape))
+                        to_cols.append(j)
+                # R: λ_A(v) = Σ_{C ⊇ A} Σ_{B ⊆ A} (−1)^{|A∖B|} θ_C((v_B, 0)_C)
+                for ci in containing:
+                    c, shape = network.cliques[ci], network.shapes[ci]
+                    for r in range(len(attrs) + 1):
+                        for b in itertools.combinations(attrs, r):
+                            cell = tuple(val[a] if a in b else 0 for a in c)
+                            inv_rows.append(j)
+                            inv_cols.append(network.offsets[ci]
+                                            + int(np.ravel_multi_index(cell, shape)))
+                            inv_sign.append((-1.0) ** (len(attrs) - r))
+                j += 1
+        self.dim: int = j
+        self.labels: list[str] = labels
+        self._to_rows = np.asarray(to_rows, dtype=np.int64)
+        self._to_cols = np.asarray(to_cols, dtype=np.int64)
+        self._inv_rows = np.asarray(inv_rows, dtype=np.int64)
+        self._inv_cols = np.asarray(inv_cols, dtype=np.int64)
+        self._inv_sign = np.asarray(inv_sign, dtype=np.float64)
+
+    def __repr__(self) -> str:
+        return f"ReferenceCoding(cliques={list(self.network.cliques)}, dim={self.dim})"
+
+    def to_theta(self, phi: Array) -> Array:
+        """``θ = M φ`` for ``phi`` of shape ``batch + (dim,)``; shape ``batch + (num_params,)``."""
+        phi = jnp.asarray(phi)
+        if phi.ndim < 1 or phi.shape[-1] != self.dim:
+            raise ValueError(f"phi has shape {phi.shape}; expected (..., {self.dim})")
+        out = jnp.zeros(phi.shape[:-1] + (self.network.num_params,), dtype=phi.dtype)
+        return out.at[..., self._to_rows].add(phi[..., self._to_cols])
+
+    def from_theta(self, theta: Array) -> Array:
+        """The ``φ`` with ``p_{Mφ} = p_θ`` (Möbius inversion at the reference cell).
+
+        ``theta`` of shape ``batch + (num_params,)`` in the network's layout, any gauge.
+        """
+        theta = jnp.asarray(theta)
+        if theta.ndim < 1 or theta.shape[-1] != self.network.num_params:
+            raise ValueError(
+                f"theta has shape {theta.shape}; expected (..., {self.network.num_params})")
+        out = jnp.zeros(theta.shape[:-1] + (self.dim,), dtype=theta.dtype)
+        return out.at[..., self._inv_rows].add(self._inv_sign * theta[..., self._inv_cols])
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """The dense 0/1 matrix ``M`` of shape ``(num_params, dim)``."""
+        m = np.zeros((self.network.num_params, self.dim))
+        m[self._to_rows, self._to_cols] = 1.0
+        return m
+
+
+@functools.lru_cache(maxsize=64)
+def reference_coding(network: MarkovNetwork) -> ReferenceCoding:
+    """The minimal reference-coded parameterisation of ``network`` (cached per network)."""
+    return ReferenceCoding(network)

@@ -1,0 +1,426 @@
+"""The Bayesian model of a private release: prior on ``θ``, relaxed CGM counts, noisy tables.
+
+The joint model of a private release is
+
+.. math::
+
+    φ \\sim \\mathcal N(0, s^2 I), \\qquad θ = M φ, \\qquad
+    n \\mid θ \\sim \\mathrm{CGM}_{\\text{relaxed}}(θ, N), \\qquad
+    y_k \\mid n \\sim \\text{noise}_k(Q_k\\, n_{C_k}),
+
+with ``n`` the latent clique count tables on the scaled marginal polytope ``N·M`` (the relaxed CGM
+with the ``lgamma`` density, sampled through the junction-tree stick-breaking bijection) and
+``y_k`` the released noisy tables. The prior is on the reference-coded parameters ``φ`` of
+:mod:`.coding` (the gauge).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from ..._precision import warn_if_float32
+from ...distributions.cgm import CollectiveGraphicalModel
+from ...distributions.constraints import (
+    decomposable_layout,
+    triangulated,
+)
+from ...distributions.noise import GaussianNoise, LaplaceNoise
+from ...domain import Clique
+from ...inference import junction_tree as jt
+from ...measurements import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Measurement
+from ...network import MarkovNetwork
+from ...tables import project_table
+from .coding import reference_coding
+from .labels import _cell_label, cell_labels
+
+__all__ = ["DEFAULT_PRIOR_SCALE", "NoisyMarginalsModel", "noisy_marginals_model"]
+
+Array = Any
+
+DEFAULT_PRIOR_SCALE = 3.0
+
+
+class _Observed:
+    """Sentinel default of :meth:`NoisyMarginalsModel.__call__`: the released values."""
+
+    def __repr__(self) -> str:
+        return "<released values>"
+
+
+OBSERVED = _Observed()
+
+_LAPLACE = (Laplace, DiscreteLaplace)
+_GAUSSIAN = (Gaussian, DiscreteGaussian)
+
+
+class _Readout(NamedTuple):
+    slot: int
+    clique: Clique
+    query: Any  # numpy (m, cells) or None
+
+
+class NoisyMarginalsModel:
+    """A NumPyro model of noisy clique tables with a relaxed CGM latent and a prior on ``θ``.
+
+    Build it with :func:`noisy_marginals_model`. Calling it runs the model:
+
+    ``model()`` conditions on the released values; ``model(y=None)`` leaves ``y`` unobserved
+    (prior and posterior predictive draws); ``model(y=values)`` conditions on other values of
+    the same shape (e.g. simulated releases, reusing one compiled sampler). ``y`` of shape
+    ``(R, num_answers)`` is a batch of ``R`` independent releases (simulation studies): the
+    model is repeated in a plate ``"release"``, every site gains a leading axis of size ``R``,
+    and the joint posterior is the product of the ``R`` separate posteriors.
+
+    Sites
+    -----
+    ``phi`` : latent, ``(dim,)``, dims ``("param",)``
+        Reference-coded log-linear parameters (absent when ``theta`` is fixed).
+    ``theta`` : deterministic, ``(num_params,)``, dims ``("cell",)``
+        Clique log-potentials ``M φ`` in the network's layout.
+    ``mu`` : deterministic, ``(num_params,)``, dims ``("cell",)``
+        The model's clique marginals ``μ(θ)`` (probabilities); only with ``record_marginals``.
+    ``n`` : latent, ``(num_params,)``, dims ``("cell",)``
+        Relaxed CGM count tables on ``N·M``.
+    ``y`` : observed, ``(num_answers,)``, dims ``("answer",)``
+        Every measurement's answers, concatenated in the given order.
+
+    Attributes
+    ----------
+    network, measurements, total_count, prior_scale, theta, coding
+    y : numpy array
+        The released values, concatenated.
+    noise_scales : numpy array
+        Per-answer Laplace scale ``b`` or Gaussian ``σ``.
+    noise_family : {"laplace", "gaussian"}
+    coords, dims : dict
+        For :func:`arviz.from_numpyro` (see :mod:`numpyro_dpgm.infer.diagnostics`).
+    """
+
+    def __init__(
+        self,
+        network: MarkovNetwork,
+        measurements: Sequence[Measurement],
+        total_count: int,
+        *,
+        prior_scale: float | Array = DEFAULT_PRIOR_SCALE,
+        theta: Array | None = None,
+        relaxation: str = "lgamma",
+        record_marginals: bool = True,
+        triangulate: bool = False,
+    ):
+        if not isinstance(network, MarkovNetwork):
+            raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
+        if isinstance(measurements, Measurement):
+            measurements = [measurements]
+        measurements = list(measurements)
+        if not measurements:
+            raise ValueError("the model needs at least one measurement")
+        for k, m in enumerate(measurements):
+            if not isinstance(m, Measurement):
+                raise TypeError(f"measurements[{k}] is a {type(m).__name__}, not a Measurement")
+        latent = triangulated(network) if triangulate else network
+        decomposable_layout(latent)  # a clear error now rather than at the first draw
+        if relaxation not in ("lgamma", "stirling"):
+            raise ValueError(f"relaxation must be 'lgamma' or 'stirling', got {relaxation!r}")
+        total = _check_total(total_count)
+        families = {"laplace" if isinstance(m.noise, _LAPLACE) else "gaussian"
+                    for m in measurements}
+        if len(families) > 1:
+            raise ValueError(
+                "the measurements mix Laplace-type and Gaussian-type noise; one model takes one "
+                "noise family (build the observation sites yourself for a mixed release: one "
+                "LaplaceNoise and one GaussianNoise site downstream of the CGM site)"
+            )
+        self.noise_family: str = families.pop()
+        readouts, scales, labels = [], [], []
+        for k, m in enumerate(measurements):
+            clique = network.domain.check_clique(m.clique)
+            slot = _smallest_containing(latent, clique)
+            if slot is None:
+                raise ValueError(
+                    f"measurement {k} of {clique} is not contained in any clique of the network "
+                    f"{list(network.cliques)}"
+                )
+            cells = network.domain.size(clique)
+            if m.num_cells != cells:
+                raise ValueError(
+                    f"measurement {k} of {clique} covers {m.num_cells} cells; the clique table "
+                    f"has {cells} (shape {network.domain.shape_of(clique)})"
+                )
+            readouts.append(_Readout(slot, clique, m.query))
+            scale = m.noise.scale if isinstance(m.noise, _LAPLACE) else m.noise.sigma
+            scales.append(np.full(m.values.size, float(scale)))
+            if m.query is None:
+                labels.append([_cell_label(clique, idx)
+                               for idx in np.ndindex(*network.domain.shape_of(clique))])
+            else:
+                labels.append([f"{','.join(clique)}:q{i}" for i in range(m.values.size)])
+        answer_labels = [lab for part in labels for lab in part]
+        if len(set(answer_labels)) < len(answer_labels):  # a clique measured twice
+            answer_labels = [f"m{k}:{lab}" for k, part in enumerate(labels) for lab in part]
+        self.network = network
+        self.latent_network = latent
+        self.measurements = measurements
+        self.total_count = total
+        self.relaxation = relaxation
+        self.record_marginals = bool(record_marginals)
+        self.coding = reference_coding(network)
+        self._readouts = tuple(readouts)
+        self.y = np.concatenate([m.values for m in measurements])
+        self.noise_scales = np.concatenate(scales)
+        if theta is not None:
+            theta = jnp.asarray(theta)
+            if theta.shape != (network.num_params,):
+                raise ValueError(
+                    f"theta has shape {theta.shape}; expected ({network.num_params},)")
+            self.prior_scale = None
+        else:
+            ps = np.asarray(prior_scale, dtype=float)
+            if ps.ndim > 1 or (ps.ndim == 1 and ps.shape[0] != self.coding.dim):
+                raise ValueError(
+                    f"prior_scale must be a float or an array of shape ({self.coding.dim},)")
+            if not np.all(np.isfinite(ps)) or np.any(ps <= 0):
+                raise ValueError(f"prior_scale must be positive and finite, got {prior_scale}")
+            self.prior_scale = ps
+        self.theta = theta
+        cells, _ = cell_labels(network)
+        self.coords: dict[str, list[str]] = {"cell": cells, "answer": answer_labels}
+        self.dims: dict[str, list[str]] = {
+            "theta": ["cell"], "n": ["cell"], "y": ["answer"],
+        }
+        if latent is not network:
+            self.coords["latent_cell"] = cell_labels(latent)[0]
+            self.dims["n"] = ["latent_cell"]
+        if self.record_marginals:
+            self.dims["mu"] = ["cell"]
+        if theta is None:
+            self.coords["param"] = self.coding.labels
+            self.dims["phi"] = ["param"]
+        warn_if_float32("NoisyMarginalsModel")
+
+    # -- model ---------------------------------------------------------------------------------
+    def predict(self, n: Array) -> Array:
+        """The noise-free answers ``Q_k n_{C_k}`` of every measurement, concatenated.
+
+        ``n`` is in the layout of :attr:`latent_network`."""
+        n = jnp.asarray(n)
+        nb = n.ndim - 1
+        names = tuple(f"__b{i}" for i in range(nb))
+        batch = n.shape[:-1]
+        parts = []
+        net = self.latent_network
+        for r in self._readouts:
+            sl = net.slice_of(net.cliques[r.slot])
+            table = jnp.reshape(n[..., sl], batch + net.shapes[r.slot])
+            pred = project_table(table, names + net.cliques[r.slot], names + r.clique)
+            pred = jnp.reshape(pred, batch + (-1,))
+            if r.query is not None:
+                pred = pred @ jnp.asarray(r.query).T
+            parts.append(pred)
+        return jnp.concatenate(parts, axis=-1)
+
+    def __call__(self, y: Any = OBSERVED) -> None:
+        if y is OBSERVED:
+            obs = jnp.asarray(self.y)
+        elif y is None:
+            obs = None
+        else:
+            obs = jnp.asarray(y)
+            if obs.ndim not in (1, 2) or obs.shape[-1] != self.y.size:
+                raise ValueError(
+                    f"y has shape {obs.shape}; expected ({self.y.size},) or a batch of "
+                    f"releases (R, {self.y.size})"
+                )
+        if obs is not None and obs.ndim == 2:
+            with numpyro.plate("release", obs.shape[0]):
+                self._body(obs)
+        else:
+            self._body(obs)
+
+    def _body(self, obs: Array | None) -> None:
+        net = self.network
+        if self.theta is None:
+            scale = jnp.broadcast_to(jnp.asarray(self.prior_scale), (self.coding.dim,))
+            phi = numpyro.sample("phi", dist.Normal(0.0, scale).to_event(1))
+            theta = numpyro.deterministic("theta", self.coding.to_theta(phi))
+        else:
+            theta = numpyro.deterministic("theta", self.theta)
+        if self.record_marginals:
+            mu_fn = lambda t: net.flatten(jt.marginals(net, t))  # noqa: E731
+            for _ in range(theta.ndim - 1):
+                mu_fn = jax.vmap(mu_fn)
+            numpyro.deterministic("mu", mu_fn(theta))
+        n = numpyro.sample(
+            "n",
+            CollectiveGraphicalModel(self.latent_network, self.latent_theta(theta),
+                                     self.total_count, relaxed=True, relaxation=self.relaxation),
+        )
+        noise = LaplaceNoise if self.noise_family == "laplace" else GaussianNoise
+        numpyro.sample("y", noise(self.predict(n), jnp.asarray(self.noise_scales)), obs=obs)
+
+    def latent_theta(self, theta: Array) -> Array:
+        """``θ`` (network layout, any batch) re-expressed in :attr:`latent_network`'s layout."""
+        if self.latent_network is self.network:
+            return theta
+        net, latent = self.network, self.latent_network
+        tree = net.junction_tree_for("min_fill")  # the tree `triangulated` took its cliques from
+        index = {frozenset(c): i for i, c in enumerate(tree.cliques)}
+
+        def fn(t: Array) -> Array:
+            psi = jt.clique_log_potentials(tree, net, t)
+            return latent.flatten({c: psi[index[frozenset(c)]] for c in latent.cliques})
+
+        for _ in range(jnp.ndim(theta) - 1):
+            fn = jax.vmap(fn)
+        return fn(theta)
+
+    # -- starting points -----------------------------------------------------------------------
+    def uniform_point(self) -> dict[str, Array]:
+        """``φ = 0`` (uniform record model) and uniform count tables ``N / |X_C|``."""
+        net = self.latent_network
+        n = jnp.concatenate([jnp.full(s, self.total_count / s) for s in net.sizes])
+        out = {"n": n}
+        if self.theta is None:
+            out["phi"] = jnp.zeros(self.coding.dim)
+        return out
+
+    def em_point(self, **cgm_em_options: Any) -> dict[str, Array]:
+        """An interior starting point from the NLBP-EM estimate.
+
+        With ``θ`` inferred: ``θ̂`` from :func:`numpyro_dpgm.estimation.cgm_em.cgm_em`
+        (options passed through; its naive start, or ``init="zeros"`` when some clique has
+        no measurement of its own), ``φ = from_theta(θ̂)`` and ``n = N·μ(θ̂)``. With ``θ`` fixed:
+        the NLBP MAP of ``n`` at that ``θ``. Both lie strictly inside ``N·M``.
+        """
+        from ...estimation.cgm_em import MeasurementEvidence, cgm_em
+        from ...inference.nlbp import nlbp_map
+
+        net, latent = self.network, self.latent_network
+        if self.theta is None:
+            try:
+                fit = cgm_em(self.measurements, net, self.total_count, **cgm_em_options)
+            except ValueError:
+                if "init" in cgm_em_options:
+                    raise
+                # the naive start needs every clique measured; start EM from uniform instead
+                fit = cgm_em(self.measurements, net, self.total_count, init="zeros",
+                             **cgm_em_options)
+            theta_hat = fit.model.theta
+            eta = self.latent_theta(theta_hat)
+            return {"phi": self.coding.from_theta(theta_hat),
+                    "n": self.total_count * latent.flatten(jt.marginals(latent, eta))}
+        evidence, data = MeasurementEvidence.build(latent, self.measurements)
+        r = nlbp_map(latent, self.latent_theta(self.theta), float(self.total_count), evidence,
+                     (data, 0.0), max_iters=int(cgm_em_options.get("inner_iters", 200)))
+        return {"n": r.n}
+
+    def starting_point(self, init: str | Mapping[str, Array]) -> dict[str, Array]:
+        """Resolve ``init`` (``"uniform"``, ``"em"`` or a dict of site values)."""
+        if isinstance(init, str):
+            if init == "uniform":
+                return self.uniform_point()
+            if init == "em":
+                return self.em_point()
+            raise ValueError(f"init must be 'uniform', 'em' or a dict of values, got {init!r}")
+        if not isinstance(init, Mapping):
+            raise TypeError(f"init must be 'uniform', 'em' or a dict, got {type(init).__name__}")
+        values = dict(self.uniform_point())
+        unknown = set(init) - set(values)
+        if unknown:
+            raise KeyError(f"init has values for unknown site(s) {sorted(unknown)}; "
+                           f"latent sites are {sorted(values)}")
+        values.update({k: jnp.asarray(v) for k, v in init.items()})
+        return values
+
+    def __repr__(self) -> str:
+        return (f"NoisyMarginalsModel(cliques={list(self.network.cliques)}, "
+                f"measurements={len(self.measurements)}, N={self.total_count}, "
+                f"theta={'fixed' if self.theta is not None else 'inferred'})")
+
+
+def _check_total(total_count: Any) -> int:
+    try:
+        value = float(total_count)
+    except (TypeError, ValueError):
+        raise TypeError(f"total_count must be a number, got {total_count!r}") from None
+    if not math.isfinite(value) or value < 1 or value != round(value):
+        raise ValueError(
+            f"total_count must be a positive integer, got {total_count}. An estimate such as "
+            "numpyro_dpgm.privacy.estimate_total(...) must be rounded: int(round(N_hat))"
+        )
+    return int(round(value))
+
+
+def _smallest_containing(network: MarkovNetwork, clique: Clique) -> int | None:
+    best = None
+    for i, c in enumerate(network.cliques):
+        if set(clique) <= set(c) and (best is None or network.sizes[i] < network.sizes[best]):
+            best = i
+    return best
+
+
+def noisy_marginals_model(
+    network: MarkovNetwork,
+    measurements: Sequence[Measurement],
+    total_count: int,
+    *,
+    prior_scale: float | Array = DEFAULT_PRIOR_SCALE,
+    theta: Array | None = None,
+    relaxation: str = "lgamma",
+    record_marginals: bool = True,
+    triangulate: bool = False,
+) -> NoisyMarginalsModel:
+    """A NumPyro model of a release of noisy clique tables, for NUTS, SVI and ArviZ.
+
+    Parameters
+    ----------
+    network : MarkovNetwork
+        Decomposable, or any network with ``triangulate=True`` (the relaxed CGM's bijection
+        follows a junction tree). Every measured clique must lie inside one of its cliques.
+    measurements : sequence of Measurement
+        The release (e.g. from :func:`numpyro_dpgm.privacy.release`). Laplace-type noise
+        (``Laplace``, ``DiscreteLaplace``) or Gaussian-type noise (``Gaussian``,
+        ``DiscreteGaussian``), one family per model; discrete noise is modelled by its
+        continuous counterpart, matching the relaxed (continuous) counts.
+    total_count : int
+        ``N``, the number of records (public, or a rounded private estimate).
+    prior_scale : float or array ``(dim,)``
+        Standard deviation ``s`` of the independent ``Normal(0, s)`` prior on each
+        reference-coded parameter (log odds / log odds ratios against level 0, see the module
+        notes). The default 3 is weakly informative on the log-odds scale.
+    theta : array ``(num_params,)``, optional
+        Fix the record model's log-potentials instead of inferring them (then there is no
+        ``phi`` site and the posterior is that of ``n`` given ``y`` and ``θ``).
+    relaxation : {"lgamma", "stirling"}
+        Density of the relaxed CGM (see :class:`CollectiveGraphicalModel`); ``"lgamma"`` is
+        the one to use with ``θ`` inferred.
+    record_marginals : bool
+        Record the deterministic site ``mu = μ(θ)``.
+    triangulate : bool
+        On a network that is not decomposable, put the latent site ``n`` on the tables of its
+        triangulation's junction-tree cliques (:func:`~numpyro_dpgm.distributions.constraints.\
+triangulated`, layout :attr:`NoisyMarginalsModel.latent_network`, dims ``("latent_cell",)``);
+        the measured tables are their projections and ``θ``, ``φ``, ``mu`` stay in the network's
+        layout. ``False`` (default) raises on such a network.
+
+    Returns
+    -------
+    NoisyMarginalsModel
+        Callable NumPyro model with sites ``phi``, ``theta``, ``mu``, ``n``, ``y``.
+
+    Examples
+    --------
+    >>> model = noisy_marginals_model(net, measurements, N)          # doctest: +SKIP
+    >>> mcmc = run_nuts(model, jax.random.key(0), num_chains=4)       # doctest: +SKIP
+    """
+    return NoisyMarginalsModel(network, measurements, total_count, prior_scale=prior_scale,
+                               theta=theta, relaxation=relaxation,
+                               record_marginals=record_marginals, triangulate=triangulate)
