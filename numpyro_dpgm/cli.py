@@ -7,12 +7,20 @@ private-data workflow is three commands, each reading the previous one's file:
 ``dpgm synth`` (model → synthetic CSV/Parquet); ``dpgm bench`` runs the benchmarks of a
 source checkout. Bad input ends with a one-line ``error: ...`` on stderr, exit code 2, and no
 file written. File formats: :mod:`numpyro_dpgm.io`.
+
+Outputs: no command replaces an existing file unless ``--force`` is given; none ever replaces a
+file it reads, nor a measurements or ledger file that records a release (its budget is spent:
+losing the file loses the release). Files are written atomically (a temporary file in the same
+folder, renamed into place). Messages are printed as plain text (no rich markup), so
+``[labels]`` and other brackets show as written.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -25,17 +33,25 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 app = typer.Typer(
     help="Differentially private learning of graphical models (numpyro_dpgm).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts are plain: "[labels]" must not be read as markup
 )
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+# markup off: file names, labels and messages print as written, brackets included
+console = Console(markup=False)
+err_console = Console(stderr=True, soft_wrap=True, markup=False)
 
 #: Exit code of every input error.
 INPUT_ERROR = 2
+
+#: The ``--force`` option of every command that writes files.
+Force = Annotated[bool, typer.Option(
+    "--force", help="overwrite existing output files (never a file the command reads, nor a "
+    "measurements or ledger file that records a release)")]
 
 
 def _enable_x64() -> None:
@@ -47,12 +63,12 @@ def _enable_x64() -> None:
 def _fail(message: str) -> NoReturn:
     """One line on stderr, exit code 2."""
     line = " ".join(str(message).split())
-    err_console.print(f"[red]error:[/red] {line}", markup=True, highlight=False)
+    err_console.print(Text.assemble(("error:", "red"), " ", line), highlight=False)
     raise typer.Exit(INPUT_ERROR)
 
 
 def _warn(message: str) -> None:
-    err_console.print(f"[yellow]warning:[/yellow] {message}", markup=True, highlight=False)
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", str(message)), highlight=False)
 
 
 def _message(err: BaseException) -> str:
@@ -68,8 +84,8 @@ def _input_errors() -> Iterator[None]:
 
     try:
         yield
-    except (ValueError, TypeError, KeyError, FileNotFoundError, IsADirectoryError,
-            BudgetExceededError) as err:
+    except (ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError,
+            IsADirectoryError, NotADirectoryError, BudgetExceededError) as err:
         _fail(_message(err))
 
 
@@ -88,10 +104,13 @@ def demo(
     )] = None,
     em_iters: Annotated[int, typer.Option(help="CGM-EM iterations")] = 10,
     prox_iters: Annotated[int, typer.Option(help="Prox-PGM iterations")] = 3000,
+    force: Force = False,
 ) -> None:
     """Release noisy Adult marginals, fit three estimators, report errors, write plots."""
     if epsilon <= 0:
         _fail(f"--epsilon must be positive, got {epsilon}")
+    with _input_errors():
+        _check_folder(out, ("summary.json", "errors.png", "age_marginal.png"), force)
     _enable_x64()
     from .experiments.demo import run_demo
 
@@ -112,6 +131,22 @@ def demo(
     console.print(f"wrote {out / 'summary.json'}, {out / 'errors.png'}, {out / 'age_marginal.png'}")
 
 
+def _check_folder(out: Path, names: tuple[str, ...] | None, force: bool) -> None:
+    """An output folder: refuse a file in its place, and without ``--force`` existing files
+    among ``names`` (``None``: any file in the folder, whose names the command does not know
+    in advance)."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"output folder {out} is a file")
+    if force or not out.is_dir():
+        return
+    existing = ([n for n in names if (out / n).exists()] if names is not None
+                else sorted(p.name for p in out.iterdir())[:3])
+    if existing:
+        raise FileExistsError(f"output folder {out} already holds {', '.join(existing)}"
+                              f"{' …' if names is None and len(existing) == 3 else ''}; give "
+                              "--force to overwrite, or choose another --out")
+
+
 def _experiments() -> list[str]:
     """Reproductions shipped (experiments modules with ``run(out, quick)``)."""
     from importlib.util import find_spec
@@ -128,16 +163,20 @@ def reproduce(
     experiment: Annotated[str, typer.Argument(help=f"one of {sorted(EXPERIMENTS)}")],
     quick: Annotated[bool, typer.Option(help="a small version that runs in minutes")] = False,
     out: Annotated[Path | None, typer.Option(
-        help="output folder (default outputs/reproduce/EXPERIMENT)")] = None,
+        help="output folder (default outputs/reproduce/EXPERIMENT); it must be new or empty "
+             "unless --force")] = None,
+    force: Force = False,
 ) -> None:
     """Reproduce a paper's experiments: CSV tables and PNG figures."""
     import importlib
 
     if experiment not in EXPERIMENTS:
         _fail(f"unknown experiment {experiment!r}; choose one of {sorted(EXPERIMENTS)}")
+    out = out or Path("outputs/reproduce") / experiment
+    with _input_errors():
+        _check_folder(out, None, force)
     module = importlib.import_module(f".experiments.{experiment}", __package__)
     _enable_x64()
-    out = out or Path("outputs/reproduce") / experiment
     with console.status(f"reproducing {experiment}{' (quick)' if quick else ''}"):
         written = module.run(out, quick=quick)
     console.print(f"wrote {out}" if written is None else f"wrote {written}")
@@ -163,20 +202,68 @@ def _read_table(path: Path) -> Any:
     raise ValueError(f"data file {path}: expected a .csv (optionally compressed) or .parquet file")
 
 
+TABLE_SUFFIXES = (".csv.gz", ".csv", ".parquet", ".pq")
+
+
 def _write_table(frame: Any, path: Path) -> None:
+    """Write a CSV / Parquet file atomically: a temporary file in the same folder (with the same
+    suffix, so that pandas picks the same compression), renamed into place; removed on failure."""
     name = path.name.lower()
-    tmp = path.with_name(f".{path.name}.tmp")
+    suffix = next((s for s in TABLE_SUFFIXES if name.endswith(s)), path.suffix)
+    # a fresh name that pandas creates itself (with the usual permissions, unlike mkstemp's)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
     try:
         if name.endswith((".parquet", ".pq")):
             frame.to_parquet(tmp, index=False)
         else:
             frame.to_csv(tmp, index=False)
         os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
-def _check_output(path: Path, suffixes: tuple[str, ...] | None = None) -> None:
+def _same_file(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _recorded_release(path: Path) -> str | None:
+    """Why ``path`` must never be replaced: it is a measurements or ledger file whose ledger
+    records at least one release (the budget is spent; the file is the only copy of what it
+    bought). ``None`` for any other file."""
+    try:
+        with path.open("rb") as f:
+            if f.read(64).lstrip()[:1] != b"{":
+                return None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    kind = doc.get("format")
+    ledger = doc.get("ledger")
+    entries = ledger.get("entries") if isinstance(ledger, dict) else None
+    if kind not in ("numpyro_dpgm.measurements", "numpyro_dpgm.ledger") or not entries:
+        return None
+    last = entries[-1].get("label", "?") if isinstance(entries[-1], dict) else "?"
+    what = "a measurements file" if kind == "numpyro_dpgm.measurements" else "a privacy ledger"
+    return (f"it is {what} whose ledger records {len(entries)} release(s) (last: {last}); "
+            "their budget is spent and replacing the file would lose them for good, so it is "
+            "refused even with --force: write to another file")
+
+
+def _check_output(path: Path, suffixes: tuple[str, ...] | None = None, *, force: bool = False,
+                  inputs: tuple[Path | None, ...] = (), update: bool = False) -> None:
+    """Refuse an output path that cannot or must not be written (before anything is read or
+    written): a missing folder, a folder, a wrong suffix, a file the command reads (even with
+    ``--force``), a file that records a spent release (even with ``--force``), or any other
+    existing file without ``--force``. ``update``: the file is read, then written back (the
+    ledger of ``dpgm release``); only its folder is checked."""
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise FileNotFoundError(f"cannot write {path}: folder {parent} does not exist")
@@ -184,6 +271,20 @@ def _check_output(path: Path, suffixes: tuple[str, ...] | None = None) -> None:
         raise IsADirectoryError(f"cannot write {path}: it is a folder")
     if suffixes is not None and not path.name.lower().endswith(suffixes):
         raise ValueError(f"output {path}: expected a file name ending in {' or '.join(suffixes)}")
+    if update:
+        return
+    for source in inputs:
+        if source is not None and _same_file(path, source):
+            raise ValueError(f"output {path} is the input file {source}; refusing to overwrite "
+                             "what the command reads (even with --force): choose another output")
+    if not (path.exists() or path.is_symlink()):
+        return
+    reason = _recorded_release(path)
+    if reason is not None:
+        raise ValueError(f"refusing to overwrite {path}: {reason}")
+    if not force:
+        raise FileExistsError(f"output {path} exists; give --force to overwrite it, or choose "
+                              "another output")
 
 
 def _parse_cliques(specs: list[str], cliques_file: Path | None) -> list[tuple[str, ...]]:
@@ -283,6 +384,7 @@ def release(
     seed: Annotated[int | None, typer.Option(
         help="SIMULATION: draw the noise with the seeded JAX sampler (not for real releases; "
              "default: OpenDP's vetted sampler)")] = None,
+    force: Force = False,
 ) -> None:
     """Release noisy clique tables of a CSV/Parquet file: writes a measurements file.
 
@@ -297,9 +399,9 @@ def release(
     with _input_errors():
         spend = _budget(mechanism, epsilon, delta)
         clique_list = _parse_cliques(clique or [], cliques)
-        _check_output(out)
+        _check_output(out, force=force, inputs=(data, domain, cliques, ledger))
         if ledger is not None:
-            _check_output(ledger)
+            _check_output(ledger, update=True)
         book, keep_ledger = _ledger_for(ledger, budget, delta, spend)
         frame = _read_table(data)
         if domain is None:
@@ -386,6 +488,7 @@ def fit(
     total: Annotated[float | None, typer.Option(
         help="number of records N if public (default: the file's, else estimated from the "
              "noisy tables, which costs no privacy)")] = None,
+    force: Force = False,
 ) -> None:
     """Fit a graphical model over the released cliques: writes a model file."""
     from .io import load_measurements, save_model
@@ -401,7 +504,7 @@ def fit(
             raise ValueError(f"--total must be positive, got {total}")
         if chains < 1:
             raise ValueError(f"--chains must be at least 1, got {chains}")
-        _check_output(out)
+        _check_output(out, force=force, inputs=(measurements,))
         saved = load_measurements(measurements)
         cliques = list(dict.fromkeys(m.clique for m in saved.measurements))
         if not cliques:
@@ -429,8 +532,10 @@ def fit(
             "measurements_sha256": _file_sha256(measurements),
             "privacy": None if saved.ledger is None else saved.ledger.guarantee(),
         }
-        categories = {a: v for a, v in saved.categories.items() if a in measured}
-        save_model(out, result, categories=categories, total=n, provenance=provenance)
+        # the whole domain goes into the model file: attributes in no released table have no
+        # parameters there, and `dpgm synth` draws them uniformly (or drops them on request)
+        save_model(out, result, categories=saved.categories, total=n, provenance=provenance,
+                   domain=saved.domain)
     if method == "nuts":
         summary = (f"{options['draws']} posterior draws ({chains} chain(s)), worst split R-hat "
                    f"{options['max_rhat']:.3f}, {options['divergences']} divergences")
@@ -441,7 +546,9 @@ def fit(
                   f"({network.num_params} parameters, N = {n:.6g} {n_source}): "
                   f"{summary}, {elapsed:.2f} s", soft_wrap=True, highlight=False)
     if unmeasured:
-        console.print(f"attributes in no released table are not modelled: {unmeasured}",
+        console.print(f"attributes in no released table are not modelled: {unmeasured}; the "
+                      "model file keeps them, and `dpgm synth` draws them uniformly over their "
+                      "values (--drop-unmodelled leaves them out)",
                       soft_wrap=True, highlight=False)
     console.print(f"wrote {out}", soft_wrap=True, highlight=False)
 
@@ -508,11 +615,23 @@ def synth(
         help="the model file holds posterior draws (`dpgm fit --method nuts`): write one data "
              "set per draw, for the combining rules (numpyro_dpgm.rubin)")] = False,
     datasets: Annotated[int, typer.Option(
-        help="number m of synthetic data sets with --posterior; files OUT-1 ... OUT-m")] = 1,
+        help="number m of synthetic data sets with --posterior: OUT numbered from 1 to m, "
+             "zero-padded to the width of m (-o synth.csv --datasets 20: synth-01.csv ... "
+             "synth-20.csv)")] = 1,
+    drop_unmodelled: Annotated[bool, typer.Option(
+        "--drop-unmodelled", help="leave out the attributes in no released table (by default "
+        "they are kept, drawn uniformly over their values, independently of the rest)")] = False,
+    force: Force = False,
 ) -> None:
-    """Draw synthetic records from a fitted model, with the original column names and labels."""
+    """Draw synthetic records from a fitted model, with the original column names and labels.
+
+    Attributes of the data in no released table are kept, drawn uniformly over their values
+    (the maximum-entropy choice given no measurement of them), with a warning naming them.
+    """
+    import warnings
+
     from .io import load_model
-    from .synthesis import synthesize
+    from .synthesis import UnmodelledAttributesWarning, synthesize, unmodelled_attributes
 
     with _input_errors():
         if records is not None and records < 1:
@@ -522,7 +641,14 @@ def synth(
         if datasets > 1 and not posterior:
             raise ValueError("--datasets needs --posterior (several data sets from one point "
                              "estimate share its error and are not for the combining rules)")
-        _check_output(out, (".csv", ".csv.gz", ".parquet", ".pq"))
+        if not out.name.lower().endswith(TABLE_SUFFIXES):
+            raise ValueError(f"output {out}: expected a file name ending in "
+                             f"{' or '.join(TABLE_SUFFIXES)}")
+        # every file this run writes is checked before anything is read or written
+        paths = ([_numbered(out, i + 1, datasets) for i in range(datasets)] if posterior
+                 else [out])
+        for path in paths:
+            _check_output(path, force=force, inputs=(model,))
         _enable_x64()
         saved = load_model(model)
         draws = saved.model.batch_shape
@@ -542,15 +668,18 @@ def synth(
                              "--records")
         if seed is None:
             seed = int.from_bytes(os.urandom(4), "little")
+        free = unmodelled_attributes(saved.model.network)
+        if free and not drop_unmodelled:
+            _warn(f"attribute(s) {free} are in no released table: drawn uniformly over their "
+                  "values, independently of the other attributes (the maximum-entropy choice "
+                  "given no measurement of them); --drop-unmodelled leaves them out")
         with console.status(f"sampling {num} records"
-                            + (f" × {datasets} data sets" if posterior else "")):
-            if posterior:
-                frames = synthesize(saved.model, num, datasets, rng=seed,
-                                    categories=saved.categories)
-                paths = [_numbered(out, i + 1, datasets) for i in range(datasets)]
-            else:
-                frames = [synthesize(saved.model, num, rng=seed, categories=saved.categories)]
-                paths = [out]
+                            + (f" × {datasets} data sets" if posterior else "")), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnmodelledAttributesWarning)  # said above
+            frames = synthesize(saved.model, num, datasets if posterior else 1, rng=seed,
+                                categories=saved.categories, drop_unmodelled=drop_unmodelled)
+            frames = frames if posterior else [frames]
             for frame, path in zip(frames, paths, strict=True):
                 _write_table(frame, path)
     console.print(f"sampled {len(paths)} data set(s) of {num} records and {frames[0].shape[1]} "
@@ -562,7 +691,7 @@ def synth(
 def _numbered(path: Path, i: int, m: int) -> Path:
     """``synth.csv`` -> ``synth-01.csv`` (zero-padded to the width of ``m``)."""
     name = path.name
-    suffix = next(s for s in (".csv.gz", ".csv", ".parquet", ".pq") if name.lower().endswith(s))
+    suffix = next(s for s in TABLE_SUFFIXES if name.lower().endswith(s))
     return path.with_name(f"{name[: -len(suffix)]}-{i:0{len(str(m))}d}{suffix}")
 
 

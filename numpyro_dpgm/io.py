@@ -601,6 +601,7 @@ def save_model(
     categories: Mapping[str, Sequence[Any]] | None = None,
     total: float | None = None,
     provenance: Mapping[str, Any] | None = None,
+    domain: Domain | Mapping[str, int] | None = None,
 ) -> Path:
     """Write a fitted model (module docstring).
 
@@ -616,6 +617,12 @@ def save_model(
     provenance : mapping, optional
         ``{"estimator": name, "options": {...}, ...}``; any JSON-able values, tuples, NoiseSpecs,
         privacy costs and arrays (see VALUE in the module docstring).
+    domain : Domain, optional
+        The whole domain of the data, when the model's cliques cover only part of it (the
+        attributes of no released table). The file then keeps every attribute: those in no
+        clique have no parameters, are independent of the rest and uniform over their values
+        when sampled (the maximum-entropy model given no measurement of them). It must hold
+        the model's attributes with the same sizes; ``categories`` may label all of them.
     """
     from .distributions.mrf import MarkovRandomField
 
@@ -630,6 +637,8 @@ def save_model(
     if not isinstance(model, MarkovRandomField):
         raise TypeError(f"model must be a MarkovRandomField or a Result, got "
                         f"{type(model).__name__}")
+    if domain is not None:
+        model = _widen(model, domain if isinstance(domain, Domain) else Domain(domain))
     net = model.network
     body = {"domain": _domain_to_json(net.domain),
             "cliques": [list(c) for c in net.cliques],
@@ -639,6 +648,23 @@ def save_model(
             "total": _total_to_json(total),
             "provenance": _value_to_json(prov)}
     return _write(path, MODEL_FORMAT, body)
+
+
+def _widen(model: Any, domain: Domain) -> Any:
+    """``model`` over ``domain`` (a superset of its own): same cliques and parameters."""
+    from .distributions.mrf import MarkovRandomField
+
+    own = model.network.domain
+    missing = [a for a in own.attrs if a not in domain]
+    if missing:
+        raise ValueError(f"domain lacks the model's attribute(s) {missing}")
+    differ = [a for a in own.attrs if domain[a] != own[a]]
+    if differ:
+        raise ValueError(f"domain gives attribute(s) {differ} other sizes than the model")
+    if domain == own:
+        return model
+    network = MarkovNetwork(domain, model.network.cliques)
+    return MarkovRandomField(network, model.theta, method=model.method)
 
 
 def _parse_model(doc: dict[str, Any]) -> SavedModel:

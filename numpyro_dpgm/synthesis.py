@@ -11,10 +11,16 @@ Records are drawn by exact forward sampling on the junction tree
 (:meth:`MarkovRandomField.sample`). Columns carry the domain's attribute names; with
 ``categories`` (attribute -> labels, index = code) they are pandas categoricals with the
 original labels, otherwise integer codes.
+
+Attributes of the domain that are in none of the model's cliques (no released table measured
+them) are kept: with no measurement, the maximum-entropy model makes them uniform over their
+values and independent of the rest, and that is how they are sampled, with an
+:class:`UnmodelledAttributesWarning` naming them. ``drop_unmodelled=True`` leaves them out.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,12 +34,23 @@ from .distributions.mrf import MarkovRandomField
 from .network import MarkovNetwork
 from .tables import project_table
 
-__all__ = ["posterior_models", "synthesize", "theta_from_counts"]
+__all__ = ["UnmodelledAttributesWarning", "posterior_models", "synthesize", "theta_from_counts",
+           "unmodelled_attributes"]
 
 Array = Any
 
 #: Posterior sites :func:`posterior_models` turns into record models.
 SITES = ("theta", "phi", "n")
+
+
+class UnmodelledAttributesWarning(UserWarning):
+    """Synthetic columns of attributes in no clique: sampled uniformly, independent of the rest."""
+
+
+def unmodelled_attributes(network: MarkovNetwork) -> list[str]:
+    """Attributes of ``network``'s domain in none of its cliques, in domain order."""
+    covered = {a for c in network.cliques for a in c}
+    return [a for a in network.domain.attrs if a not in covered]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -280,6 +297,7 @@ def synthesize(
     columns: Sequence[str] | None = None,
     network: MarkovNetwork | None = None,
     site: str = "theta",
+    drop_unmodelled: bool = False,
 ) -> pd.DataFrame | list[pd.DataFrame]:
     """Synthetic data sets from a fitted model: a point estimate, or posterior draws.
 
@@ -312,6 +330,10 @@ def synthesize(
         For posterior draws that do not carry their model (a mapping of arrays).
     site : {"theta", "phi", "n"}
         Which posterior site makes the record models (see :func:`posterior_models`).
+    drop_unmodelled : bool
+        Leave out the attributes in no clique of the model. By default they are kept, drawn
+        uniformly over their values independently of the rest (the maximum-entropy answer given
+        no measurement of them), with an :class:`UnmodelledAttributesWarning` naming them.
 
     Returns
     -------
@@ -345,6 +367,15 @@ def synthesize(
     net = mrf.network
     cats = _category_map(categories, net)
     cols = _columns(columns, net)
+    free = [a for a in unmodelled_attributes(net) if a in cols]
+    if free and drop_unmodelled:
+        cols = [a for a in cols if a not in free]
+    elif free:
+        warnings.warn(
+            f"attribute(s) {free} are in no clique of the model (no released table measured "
+            "them): sampled uniformly over their values, independently of the other attributes "
+            "(the maximum-entropy choice given no measurement); pass drop_unmodelled=True to "
+            "leave them out", UnmodelledAttributesWarning, stacklevel=2)
     if point:
         x = mrf.sample(key, (num_records, num_datasets))  # (n, m, d)
         x = np.moveaxis(np.asarray(x), 1, 0)

@@ -348,7 +348,25 @@ def cli_files(tmp_path_factory):
     nan.to_csv(t / "nan.csv", index=False)
     df.assign(b=[0, 5, 1, 1]).to_csv(t / "oor.csv", index=False)
     (t / "junk.json").write_text("not json")
+    (t / "list-domain.json").write_text("[]")
+    (t / "taken.json").write_text("keep me")
+    (t / "taken.csv").write_text("keep me")
+    (t / "demo").mkdir()
+    (t / "demo" / "summary.json").write_text("keep me")
+    # a release recorded in its ledger (as `dpgm release` writes it)
+    from numpyro_dpgm.io import save_measurements
+
+    ledger = PrivacyLedger(PureDP(1.0))
+    ledger.debit(PureDP(1.0), "laplace release of (a)")
+    save_measurements(t / "released.json", [Measurement(("a",), np.zeros(2), Laplace(1.0))],
+                      {"a": 2, "b": 3}, ledger=ledger)
     return t
+
+
+def _out(t: Any, out: str, *more: str) -> list[str]:
+    """A good release of x.csv, written to ``out``."""
+    return ["release", str(t / "x.csv"), "--domain", str(t / "dom.json"), "--clique", "a,b",
+            "--epsilon", "1", "--seed", "0", "--out", str(t / out), *more]
 
 
 def _release(t: Any, data: str = "x.csv", clique: str = "a,b") -> list[str]:
@@ -398,6 +416,36 @@ CLI_CASES: list[tuple[str, Callable[[Any], list[str]], str]] = [
     ("synth-missing-model", lambda t: ["synth", str(t / "none.json"), "--out", str(t / "s.csv")],
      "does not exist"),
     ("reproduce-unknown", lambda t: ["reproduce", "no-such-paper"], "unknown experiment"),
+    # outputs: no silent overwrite, never an input, never a recorded release
+    ("release-out-exists", lambda t: _out(t, "taken.json"),
+     r"output .*taken.json exists; give --force"),
+    ("release-out-is-data", lambda t: _out(t, "x.csv", "--force"),
+     r"output .*x.csv is the input file .*even with --force"),
+    ("release-out-is-domain", lambda t: _out(t, "dom.json", "--force"), "is the input file"),
+    ("release-out-is-ledger", lambda t: _out(t, "l.json", "--ledger", str(t / "l.json"),
+                                             "--budget", "2"), "is the input file"),
+    ("release-out-recorded", lambda t: _out(t, "released.json", "--force"),
+     r"records 1 release\(s\) \(last: laplace release of \(a\)\).*even with --force"),
+    ("fit-out-exists", lambda t: ["fit", str(t / "released.json"), "--out", str(t / "taken.json")],
+     "taken.json exists; give --force"),
+    ("fit-out-is-input", lambda t: ["fit", str(t / "junk.json"), "--force", "--out",
+                                    str(t / "junk.json")], "is the input file"),
+    ("fit-out-recorded", lambda t: ["fit", str(t / "junk.json"), "--force", "--out",
+                                    str(t / "released.json")], "refusing to overwrite"),
+    ("synth-out-exists", lambda t: ["synth", str(t / "junk.json"), "--out",
+                                    str(t / "taken.csv")], "taken.csv exists; give --force"),
+    ("synth-out-is-input", lambda t: ["synth", str(t / "x.csv"), "--force", "--out",
+                                      str(t / "x.csv")], "is the input file"),
+    ("demo-out-exists", lambda t: ["demo", "--out", str(t / "demo")],
+     "already holds summary.json; give --force"),
+    ("demo-out-is-file", lambda t: ["demo", "--out", str(t / "x.csv")], "is a file"),
+    ("reproduce-out-not-empty", lambda t: ["reproduce", "zhang2020", "--quick", "--out",
+                                           str(t / "demo")], "already holds summary.json"),
+    # brackets in messages are printed, not read as markup
+    ("release-domain-brackets", lambda t: ["release", str(t / "x.csv"), "--domain",
+                                           str(t / "list-domain.json"), "--clique", "a",
+                                           "--epsilon", "1", "--out", str(t / "m.json")],
+     r'\{"attr": number of values or \[labels\], \.\.\.\}'),
 ]
 
 
@@ -414,3 +462,8 @@ def test_cli_bad_input_gives_a_one_line_error(cli_files: Any, argv: Callable, me
     lines = result.output.strip().splitlines()
     assert lines[0].startswith("error:")
     assert re.search(message, " ".join(lines)), result.output
+    # nothing written: the files of the fixture are as they were
+    assert (cli_files / "taken.json").read_text() == "keep me"
+    assert (cli_files / "taken.csv").read_text() == "keep me"
+    assert (cli_files / "demo" / "summary.json").read_text() == "keep me"
+    assert not (cli_files / "m.json").exists() and not (cli_files / "l.json").exists()

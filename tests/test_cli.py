@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -108,7 +109,11 @@ def test_release_fit_synth_chain(tmp_path, labelled, chain):
     fitted = load_model(paths["model"])
     assert fitted.provenance["estimator"] == "cgm_em"
     assert fitted.provenance["options"] == {"max_em_iters": 1}
-    assert set(fitted.model.network.domain) == {"Pclass", "Survived", "Sex", "Age"}
+    # the model file keeps the whole domain; the cliques cover four of its nine attributes
+    domain = json.loads(TITANIC_DOMAIN.read_text())
+    assert list(fitted.model.network.domain) == list(domain)
+    assert {a for c in fitted.model.network.cliques for a in c} == {"Pclass", "Survived", "Sex",
+                                                                    "Age"}
     codes = pd.read_csv(TITANIC)
     truth = np.asarray(count(codes, [("Pclass", "Survived")], fitted.model.network.domain)[
         ("Pclass", "Survived")])
@@ -118,7 +123,7 @@ def test_release_fit_synth_chain(tmp_path, labelled, chain):
 
     assert "seed 0" in outputs["synth"]
     data = pd.read_csv(paths["synth"])
-    assert list(data.columns) == ["Survived", "Pclass", "Sex", "Age"] and len(data) == 3000
+    assert list(data.columns) == list(domain) and len(data) == 3000
     assert set(data["Sex"]) == {"female", "male"}
     assert set(data["Survived"]) <= {"no", "yes", "unknown"}
     # the synthetic Sex marginal matches the model's (3000 draws: s.e. ≈ 0.009)
@@ -157,9 +162,10 @@ def test_simulated_release_is_seeded_and_named_as_such(tmp_path):
     (tmp_path / "cliques.json").write_text('[["Pclass", "Survived"], ["Sex"]]')
     (tmp_path / "cliques.txt").write_text("# tables\nPclass,Survived\nSex\n")
     for name in ("cliques.json", "cliques.txt"):
+        out = tmp_path / f"from-{name}.json"  # a new file each time: a release is never replaced
         _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "--cliques", tmp_path / name,
-             "--epsilon", "1", "--seed", "0", "-o", tmp_path / "f.json"])
-        saved = load_measurements(tmp_path / "f.json")
+             "--epsilon", "1", "--seed", "0", "-o", out])
+        saved = load_measurements(out)
         assert [m.clique for m in saved.measurements] == [("Pclass", "Survived"), ("Sex",)]
 
 
@@ -286,6 +292,18 @@ def test_nuts_fit_and_posterior_synth(tmp_path, labelled):
     sets = [pd.read_csv(f) for f in files]
     assert all(len(s) == 500 and set(s["Sex"]) <= {"female", "male"} for s in sets)
     assert not sets[0].equals(sets[1])  # one data set per posterior draw
+    # numbered with the width of m; all m files are checked before any is written
+    _ok(["synth", post, "--posterior", "--datasets", 10, "--records", 20, "--seed", 0,
+         "-o", tmp_path / "v.csv"])
+    assert sorted(p.name for p in tmp_path.glob("v-*.csv")) == [f"v-{i:02d}.csv"
+                                                               for i in range(1, 11)]
+    (tmp_path / "u-2.csv").write_text("keep me")
+    _fails(["synth", post, "--posterior", "--datasets", 3, "--records", 20, "-o",
+            tmp_path / "u.csv"], "u-2.csv exists; give --force", tmp_path / "u-1.csv",
+           tmp_path / "u-3.csv")
+    assert (tmp_path / "u-2.csv").read_text() == "keep me"
+    _fails(["synth", post, "--posterior", "--datasets", 3, "--records", 20, "--force", "-o",
+            tmp_path / "post.json"], "expected a file name ending in", tmp_path / "post-1.json")
 
     # point estimates and posterior draws are not confused; nothing is written
     _ok(["fit", meas, "--method", "naive", "-o", point])
@@ -296,3 +314,172 @@ def test_nuts_fit_and_posterior_synth(tmp_path, labelled):
            tmp_path / "r-1.csv")
     _fails(["synth", post, "--posterior", "--datasets", 61, "-o", tmp_path / "t.csv"],
            "exceeds the 60 posterior draws", tmp_path / "t-01.csv")
+
+
+# ------------------------------------------------------------------------------------------------
+# outputs: nothing lost, nothing silent
+# ------------------------------------------------------------------------------------------------
+UNMODELLED = ["SibSp", "Parch", "Fare", "Embarked", "Cabin"]
+
+
+def test_attributes_in_no_released_table_are_kept_uniform_with_a_warning(tmp_path, chain):
+    """dpgm synth keeps the attributes no released table measured: drawn uniformly over their
+    values, independently of the rest, and named in a warning; --drop-unmodelled drops them."""
+    model = chain[0]["model"]
+    result = runner.invoke(app, ["synth", str(model), "--records", "4000", "--seed", "1", "-o",
+                                 str(tmp_path / "s.csv")])
+    assert result.exit_code == 0, result.output
+    assert "warning:" in result.output and str(UNMODELLED) in result.output
+    assert "uniformly" in result.output and "--drop-unmodelled" in result.output
+    data = pd.read_csv(tmp_path / "s.csv")
+    domain = json.loads(TITANIC_DOMAIN.read_text())
+    assert list(data.columns) == list(domain)
+    for attr in UNMODELLED:  # uniform: 4000 draws, s.e. of a share below 0.008
+        shares = data[attr].value_counts(normalize=True).reindex(range(domain[attr]),
+                                                                 fill_value=0)
+        assert np.abs(shares - 1 / domain[attr]).max() < 0.035, attr
+    # independent of the modelled attributes: Cabin's shares hardly move with Sex
+    by_sex = pd.crosstab(data["Sex"], data["Cabin"], normalize="index")
+    assert np.abs(by_sex.loc["female"] - by_sex.loc["male"]).max() < 0.06
+    out = _ok(["synth", model, "--records", 100, "--seed", 1, "--drop-unmodelled", "-o",
+               tmp_path / "d.csv"])
+    assert "warning" not in out
+    assert list(pd.read_csv(tmp_path / "d.csv").columns) == ["Survived", "Pclass", "Sex", "Age"]
+
+
+def test_no_output_replaces_an_existing_file_without_force(tmp_path, labelled, chain):
+    folder, _ = labelled
+    paths = chain[0]
+    release = ["release", folder / "titanic.csv", "--domain", folder / "domain.json",
+               "--clique", "Sex,Survived", "--epsilon", "1", "--seed", 0]
+    for command in (release, ["fit", paths["meas"], "--method", "naive"],
+                    ["synth", paths["model"], "--seed", 0, "--records", 10]):
+        taken = tmp_path / ("taken.csv" if command[0] == "synth" else "taken.json")
+        taken.write_text("keep me")
+        line = _fails(command + ["-o", taken], "exists; give --force")
+        assert str(taken) in line and taken.read_text() == "keep me"
+        _ok(command + ["-o", taken, "--force"])
+        assert taken.read_text() != "keep me"
+    # demo and reproduce: existing files in the output folder are refused before any work
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "errors.png").write_text("keep me")
+    _fails(["demo", "--out", tmp_path / "demo"], "already holds errors.png; give --force")
+    (tmp_path / "repro").mkdir()
+    (tmp_path / "repro" / "notes.txt").write_text("keep me")
+    _fails(["reproduce", "zhang2020", "--quick", "--out", tmp_path / "repro"],
+           "already holds notes.txt")
+    _fails(["reproduce", "zhang2020", "--quick", "--out", tmp_path / "repro" / "notes.txt"],
+           "is a file")
+    assert (tmp_path / "demo" / "errors.png").read_text() == "keep me"
+
+
+def test_no_command_writes_over_its_input_even_with_force(tmp_path, labelled, chain):
+    folder, _ = labelled
+    data = tmp_path / "data.csv"
+    data.write_bytes((folder / "titanic.csv").read_bytes())
+    before = data.read_bytes()
+    domain = tmp_path / "domain.json"
+    domain.write_bytes((folder / "domain.json").read_bytes())
+    release = ["release", data, "--domain", domain, "--clique", "Sex,Survived", "--epsilon", "1",
+               "--seed", 0, "--force"]
+    _fails(release + ["-o", data], "is the input file")
+    _fails(release + ["-o", domain], "is the input file")
+    # the same file under another name: a relative path, a symbolic link
+    link = tmp_path / "link.csv"
+    link.symlink_to(data)
+    _fails(release + ["-o", link], "is the input file")
+    _fails(release + ["-o", tmp_path / "sub" / ".." / "data.csv"], "folder")  # no folder sub
+    (tmp_path / "sub").mkdir()
+    _fails(release + ["-o", tmp_path / "sub" / ".." / "data.csv"], "is the input file")
+    assert data.read_bytes() == before
+    model = tmp_path / "model.json"
+    model.write_bytes(chain[0]["model"].read_bytes())
+    _fails(["fit", chain[0]["meas"], "--force", "-o", chain[0]["meas"]], "is the input file")
+    _fails(["synth", model, "--records", 10, "-o", link], "exists; give --force")
+    assert data.read_bytes() == before
+
+
+def test_a_recorded_release_is_never_replaced(tmp_path, labelled, chain):
+    """A measurements or ledger file whose ledger records a release is refused as an output even
+    with --force: its budget is spent, the file is the only copy of what it bought."""
+    folder, _ = labelled
+    meas, ledger = tmp_path / "m.json", tmp_path / "l.json"
+    meas.write_bytes(chain[0]["meas"].read_bytes())
+    ledger.write_bytes(chain[0]["ledger"].read_bytes())
+    saved = {p: p.read_bytes() for p in (meas, ledger)}
+    release = ["release", folder / "titanic.csv", "--domain", folder / "domain.json",
+               "--clique", "Sex,Survived", "--epsilon", "0.1", "--seed", 0, "--force"]
+    line = _fails(release + ["-o", meas], "records 1 release(s)")
+    assert "even with --force" in line and "laplace release of" in line
+    _fails(release + ["-o", ledger], "a privacy ledger whose ledger records 1 release(s)")
+    _fails(["fit", chain[0]["meas"], "--method", "naive", "--force", "-o", meas],
+           "refusing to overwrite")
+    assert all(p.read_bytes() == b for p, b in saved.items())
+    # a file that merely looks like JSON, or a ledger with no debit yet, is an ordinary file
+    (tmp_path / "empty.json").write_text('{"format": "numpyro_dpgm.ledger", "ledger": '
+                                         '{"entries": []}}')
+    _ok(release + ["-o", tmp_path / "empty.json"])
+
+
+def _flat(text):
+    """Help text with its line breaks and panel borders taken out."""
+    return " ".join(text.replace("│", " ").split())
+
+
+def test_help_shows_square_brackets():
+    result = runner.invoke(app, ["release", "--help"])
+    assert result.exit_code == 0
+    assert '{"attr": size or [labels], ...}' in _flat(result.output)
+
+
+def test_error_messages_keep_square_brackets(tmp_path):
+    (tmp_path / "domain.json").write_text("[]")
+    line = _fails(["release", TITANIC, "--domain", tmp_path / "domain.json", "--clique", "Sex",
+                   "--epsilon", "1", "-o", tmp_path / "m.json"], "must hold one non-empty")
+    assert '{"attr": number of values or [labels], ...}' in line
+    # a file name with brackets prints as written
+    odd = tmp_path / "[red]x[/red].csv"
+    line = _fails(["release", odd, "--domain", TITANIC_DOMAIN, "--clique", "Sex",
+                   "--epsilon", "1", "-o", tmp_path / "m.json"], "does not exist")
+    assert "[red]x[/red].csv" in line
+
+
+def test_table_writes_are_atomic(tmp_path, monkeypatch):
+    import numpyro_dpgm.cli as cli
+
+    frame = pd.DataFrame({"a": range(1000)})
+    target = tmp_path / "s.csv"
+    target.write_text("old")
+
+    def broken(self, path, *args, **kwargs):
+        Path(path).write_text("partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", broken)
+    with pytest.raises(OSError, match="disk full"):
+        cli._write_table(frame, target)
+    assert target.read_text() == "old" and sorted(tmp_path.iterdir()) == [target]
+    monkeypatch.undo()
+    # the temporary file has the output's suffix, so a .csv.gz comes out gzip-compressed
+    cli._write_table(frame, tmp_path / "s.csv.gz")
+    assert (tmp_path / "s.csv.gz").read_bytes()[:2] == b"\x1f\x8b"
+    assert pd.read_csv(tmp_path / "s.csv.gz")["a"].tolist() == list(range(1000))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv", "s.csv.gz"]
+
+
+def test_posterior_data_set_names_are_zero_padded_everywhere():
+    """One naming scheme: OUT numbered 1..m, zero-padded to the width of m; the help, the README
+    and docs/cli.md say the same."""
+    from numpyro_dpgm.cli import _numbered
+
+    assert [_numbered(Path("synth.csv"), i, 20).name for i in (1, 20)] == ["synth-01.csv",
+                                                                           "synth-20.csv"]
+    assert _numbered(Path("s.csv.gz"), 3, 3).name == "s-3.csv.gz"
+    assert _numbered(Path("s.parquet"), 7, 100).name == "s-007.parquet"
+    result = runner.invoke(app, ["synth", "--help"])
+    assert "synth-01.csv ... synth-20.csv" in _flat(result.output)
+    root = Path(__file__).resolve().parents[1]
+    assert "synth-01.csv … synth-20.csv" in (root / "README.md").read_text()
+    cli_doc = (root / "docs" / "cli.md").read_text()
+    assert "synthetic-01.csv` … `synthetic-20.csv" in cli_doc
+    assert "synthetic-1.csv" not in cli_doc and "OUT-1" not in result.output

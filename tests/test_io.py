@@ -205,3 +205,23 @@ def test_failed_saves_write_nothing(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         save_model(tmp_path / "no" / "model.json", model)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_model_keeps_the_whole_domain(tmp_path):
+    """``domain=``: the attributes in no clique are stored (with their labels) and the
+    parameters are unchanged; the model's attributes must keep their sizes."""
+    full = Domain({"a": 2, "z": 4, "b": 3, "c": 2})
+    net = MarkovNetwork(DOMAIN.project(["a", "b"]), [("a", "b")])
+    theta = jax.random.normal(jax.random.key(2), (net.num_params,))
+    draws = MarkovRandomField(net, jnp.stack([theta, 2 * theta]))
+    save_model(tmp_path / "m.json", draws, domain=full,
+               categories={"z": ["w", "x", "y", "z"], "b": ["p", "q", "r"]})
+    saved = load_model(tmp_path / "m.json")
+    assert saved.model.network.domain == full and saved.model.network.cliques == (("a", "b"),)
+    assert np.asarray(saved.model.theta).tobytes() == np.asarray(draws.theta).tobytes()
+    assert saved.categories["z"] == ["w", "x", "y", "z"]
+    with pytest.raises(ValueError, match=r"lacks the model's attribute\(s\) \['b'\]"):
+        save_model(tmp_path / "x.json", draws, domain={"a": 2, "c": 2})
+    with pytest.raises(ValueError, match=r"\['b'\] other sizes"):
+        save_model(tmp_path / "x.json", draws, domain={"a": 2, "b": 4})
+    assert not (tmp_path / "x.json").exists()

@@ -163,3 +163,29 @@ def test_bad_input_errors():
         synthesize(object(), 5, rng=0, network=ref.network)
     with pytest.raises(ValueError, match="zero or negative cells"):
         theta_from_counts(ref.network, np.zeros(ref.network.num_params))
+
+
+def test_attributes_in_no_clique_are_kept_uniform_with_a_warning():
+    """With no measurement of ``c``, the max-entropy model draws it uniformly and independently
+    of the rest; a warning names it; ``drop_unmodelled=True`` leaves it out."""
+    import warnings
+
+    from numpyro_dpgm.synthesis import UnmodelledAttributesWarning, unmodelled_attributes
+
+    net = MarkovNetwork({"a": 2, "c": 4, "b": 3}, [("a", "b")])
+    theta = jax.numpy.asarray([3.0, 0, 0, 0, 0, 3.0])  # a and b strongly dependent
+    mrf = MarkovRandomField(net, theta)
+    assert unmodelled_attributes(net) == ["c"]
+    with pytest.warns(UnmodelledAttributesWarning, match=r"\['c'\] are in no clique.*uniformly"):
+        df = synthesize(mrf, 8000, rng=0, categories={"c": ["w", "x", "y", "z"]})
+    assert list(df.columns) == ["a", "c", "b"]
+    shares = df["c"].value_counts(normalize=True)
+    assert set(shares.index) == {"w", "x", "y", "z"} and np.abs(shares - 0.25).max() < 0.02
+    by_a = pd.crosstab(df["a"], df["c"], normalize="index")
+    assert np.abs(by_a.loc[0] - by_a.loc[1]).max() < 0.04
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kept = synthesize(mrf, 10, rng=0, drop_unmodelled=True)
+        sets = synthesize(MarkovRandomField(net, jax.numpy.stack([theta, theta])), 10, 2, rng=0,
+                          drop_unmodelled=True)
+    assert list(kept.columns) == ["a", "b"] and all(list(s.columns) == ["a", "b"] for s in sets)

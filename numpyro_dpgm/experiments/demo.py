@@ -11,6 +11,7 @@ summary and PNG figures.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -133,9 +134,21 @@ def run_demo(
                     for k, v in fits.items()},
         "out_of_model_pairs": [list(c) for c in outside],
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    _replace(out / "summary.json", lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
     _plots(out, fits, summary, truth, domain)
     return summary
+
+
+def _replace(path: Path, write: Callable[[Path], Any]) -> None:
+    """Write ``path`` atomically: ``write`` fills a temporary file of the same folder and
+    suffix, which is then renamed into place (and removed if anything fails)."""
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _plots(out: Path, fits: dict[str, Any], summary: dict[str, Any], truth: Any,
@@ -160,7 +173,7 @@ def _plots(out: Path, fits: dict[str, Any], summary: dict[str, Any], truth: Any,
     ax.set_title(f"Adult, ε = {summary['epsilon']}")
     ax.legend(fontsize=8, loc="upper left", ncol=2)
     fig.tight_layout()
-    fig.savefig(out / "errors.png", dpi=120)
+    _replace(out / "errors.png", lambda tmp: fig.savefig(tmp, dpi=120))
     plt.close(fig)
 
     t = np.asarray(truth[("age",)])
@@ -173,5 +186,5 @@ def _plots(out: Path, fits: dict[str, Any], summary: dict[str, Any], truth: Any,
     ax.set_title("Marginal of age")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "age_marginal.png", dpi=120)
+    _replace(out / "age_marginal.png", lambda tmp: fig.savefig(tmp, dpi=120))
     plt.close(fig)
