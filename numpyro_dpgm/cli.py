@@ -48,6 +48,9 @@ err_console = Console(stderr=True, soft_wrap=True, markup=False)
 #: Exit code of every input error.
 INPUT_ERROR = 2
 
+#: The demo's own output folder: the README's demo command rewrites it on every run.
+DEMO_OUT = Path("outputs/demo")
+
 #: The ``--force`` option of every command that writes files.
 Force = Annotated[bool, typer.Option(
     "--force", help="overwrite existing output files (never a file the command reads, nor a "
@@ -97,8 +100,10 @@ def main() -> None:
 @app.command()
 def demo(
     epsilon: Annotated[float, typer.Option(help="privacy budget ε of the release")] = 1.0,
-    out: Annotated[Path, typer.Option(help="folder for summary.json and the figures")] = Path(
-        "outputs/demo"),
+    out: Annotated[Path | None, typer.Option(
+        help="folder for summary.json and the figures (default outputs/demo, the demo's own "
+             "folder, rewritten by every run; any other folder keeps its files unless "
+             "--force)")] = None,
     seed: Annotated[int | None, typer.Option(
         help="simulate the release with the seeded JAX sampler (default: OpenDP's sampler)",
     )] = None,
@@ -109,8 +114,11 @@ def demo(
     """Release noisy Adult marginals, fit three estimators, report errors, write plots."""
     if epsilon <= 0:
         _fail(f"--epsilon must be positive, got {epsilon}")
+    own_folder = out is None
+    out = DEMO_OUT if own_folder else out
     with _input_errors():
-        _check_folder(out, ("summary.json", "errors.png", "age_marginal.png"), force)
+        _check_folder(out, ("summary.json", "errors.png", "age_marginal.png"),
+                      force or own_folder)
     _enable_x64()
     from .experiments.demo import run_demo
 

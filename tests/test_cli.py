@@ -483,3 +483,21 @@ def test_posterior_data_set_names_are_zero_padded_everywhere():
     cli_doc = (root / "docs" / "cli.md").read_text()
     assert "synthetic-01.csv` … `synthetic-20.csv" in cli_doc
     assert "synthetic-1.csv" not in cli_doc and "OUT-1" not in result.output
+
+
+def test_demo_default_folder_is_its_own(tmp_path, monkeypatch):
+    """The README's demo command runs again: the default folder is rewritten, a named one is
+    not (checked before any work, so the refusal costs nothing)."""
+    from numpyro_dpgm import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs" / "demo").mkdir(parents=True)
+    (tmp_path / "outputs" / "demo" / "summary.json").write_text("{}")
+    calls = []
+    monkeypatch.setattr("numpyro_dpgm.experiments.demo.run_demo",
+                        lambda *a, **k: calls.append(a[1]) or (_ for _ in ()).throw(
+                            RuntimeError("stop after the checks")))
+    result = runner.invoke(app, ["demo", "--seed", "0"])
+    assert calls == [cli.DEMO_OUT]  # no refusal: the run started in the default folder
+    result = runner.invoke(app, ["demo", "--seed", "0", "--out", "outputs/demo"])
+    assert result.exit_code == 2 and "give --force" in result.output
