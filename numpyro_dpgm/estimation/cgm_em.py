@@ -75,7 +75,7 @@ def gauge_fix(network: MarkovNetwork, theta: Array) -> Array:
 def _closed_form(network: MarkovNetwork, n: Array) -> Array:
     """``θ_C = log n_C − log n_{S(C)}`` on the junction tree of a decomposable network."""
     layout = decomposable_layout(network)
-    tree = layout.covered.junction_tree_for("min_fill")
+    tree = jt.build_junction_tree(layout.covered, "min_fill")
     tables = network.unflatten(n)
     out = {c: jnp.zeros(s, dtype=n.dtype) for c, s in zip(network.cliques, network.shapes,
                                                         strict=True)}

@@ -160,7 +160,7 @@ class ExactOracle:
 
     def __call__(self, theta: Array, state: Any) -> tuple[Array, Array, Any]:
         net = self.network
-        tree = net.junction_tree_for(self.method)
+        tree = jt.build_junction_tree(net, self.method)
         cal = jt.calibrate(tree, jt.clique_log_potentials(tree, net, theta))
         parts = []
         for c in net.cliques:
@@ -227,7 +227,7 @@ def _max_entropy_model(
     """
     from .naive import fit_mle
 
-    if network.junction_tree.num_cells > max_cells:
+    if jt.build_junction_tree(network).num_cells > max_cells:
         return theta, "oracle"
     fit = fit_mle(network, pseudo, 1e-6, init=theta)
     return fit.model.theta, "max_entropy"

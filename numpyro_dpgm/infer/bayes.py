@@ -454,7 +454,8 @@ class NoisyMarginalsModel:
         if self.latent_network is self.network:
             return theta
         net, latent = self.network, self.latent_network
-        tree = net.junction_tree_for("min_fill")  # the tree `triangulated` took its cliques from
+        # the tree `triangulated` took its cliques from
+        tree = jt.build_junction_tree(net, "min_fill")
         index = {frozenset(c): i for i, c in enumerate(tree.cliques)}
 
         def fn(t: Array) -> Array:
