@@ -91,6 +91,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._version import __version__
 from .domain import Domain
 from .measurements import (
     DiscreteGaussian,
@@ -398,8 +399,6 @@ def _expect(condition: bool, message: str) -> None:
 
 
 def _library_version() -> str:
-    from . import __version__
-
     return __version__
 
 
