@@ -92,6 +92,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._version import __version__
+from .distributions.mrf import MarkovRandomField
 from .domain import Domain
 from .measurements import (
     DiscreteGaussian,
@@ -615,8 +616,6 @@ def save_model(
         ``{"estimator": name, "options": {...}, ...}``; any JSON-able values, tuples, NoiseSpecs,
         privacy costs and arrays (see VALUE in the module docstring).
     """
-    from .distributions.mrf import MarkovRandomField
-
     prov = dict(provenance or {})
     if not isinstance(model, MarkovRandomField) and isinstance(
         getattr(model, "model", None), MarkovRandomField
@@ -641,8 +640,6 @@ def save_model(
 
 def _parse_model(doc: dict[str, Any]) -> SavedModel:
     import jax.numpy as jnp
-
-    from .distributions.mrf import MarkovRandomField
 
     domain = _domain_from_json(doc["domain"])
     _expect(isinstance(doc["cliques"], list), "cliques is not a list")

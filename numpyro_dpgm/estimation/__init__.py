@@ -1,7 +1,8 @@
 """Estimators: plain functions from measurements (and options) to a :class:`Result`."""
 
+from ..infer.mstep import m_step
 from ..measurements import estimate_total
-from .cgm_em import cgm_em, m_step
+from .cgm_em import cgm_em
 from .frank_wolfe import FrankWolfeResult, private_frank_wolfe
 from .ising import (
     learn_ising,

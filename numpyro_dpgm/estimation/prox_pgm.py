@@ -79,6 +79,7 @@ from .losses import (
     network_from_measurements,
     terms_loss,
 )
+from .naive import fit_mle
 from .result import Result
 
 __all__ = [
@@ -225,8 +226,6 @@ def _max_entropy_model(
     term since locally consistent pseudo-marginals may lie outside ``M``). Otherwise ``θ`` is
     returned unchanged and marked ``"oracle"``.
     """
-    from .naive import fit_mle
-
     if jt.build_junction_tree(network).num_cells > max_cells:
         return theta, "oracle"
     fit = fit_mle(network, pseudo, 1e-6, init=theta)
