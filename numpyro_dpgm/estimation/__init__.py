@@ -2,7 +2,7 @@
 
 from ..infer.mstep import m_step
 from ..measurements import estimate_total
-from .cgm_em import cgm_em
+from .cgm_em import cgm_em, em_start
 from .frank_wolfe import FrankWolfeResult, private_frank_wolfe
 from .ising import (
     learn_ising,
@@ -32,6 +32,7 @@ __all__ = [
     "answer_queries",
     "calibrate_noise_multiplier",
     "cgm_em",
+    "em_start",
     "default_l2",
     "estimate_total",
     "exponential_mechanism",
