@@ -47,7 +47,7 @@ LAYERS = {
     "numpyro_dpgm.inference.junction_tree": ORACLES,
     "numpyro_dpgm.inference.region_graph": ORACLES,
     "numpyro_dpgm.inference.nlbp": ORACLES,
-    "numpyro_dpgm.inference.mle": ORACLES,
+    "numpyro_dpgm.inference.mle": ORACLES,  # θ from marginals: the oracle run backwards
     # 3. distributions
     "numpyro_dpgm.distributions": DISTRIBUTIONS,
     "numpyro_dpgm.distributions.cgm": DISTRIBUTIONS,
@@ -77,12 +77,12 @@ LAYERS = {
     "numpyro_dpgm.estimation.frank_wolfe": ESTIMATION,
     "numpyro_dpgm.estimation.ising": ESTIMATION,
     # 6. mechanisms and outputs
-    "numpyro_dpgm.privacy.mechanisms": MECHANISMS,
+    "numpyro_dpgm.privacy.mechanisms": MECHANISMS,  # needs distributions.noise and data only
     "numpyro_dpgm.privacy": MECHANISMS,
     "numpyro_dpgm.estimation.mechanisms": MECHANISMS,
     "numpyro_dpgm.estimation": MECHANISMS,  # re-exports estimation.mechanisms
-    "numpyro_dpgm.synthesis": MECHANISMS,
-    "numpyro_dpgm.io": MECHANISMS,
+    "numpyro_dpgm.synthesis": MECHANISMS,  # records from estimates and posteriors (infer.bayes)
+    "numpyro_dpgm.io": MECHANISMS,  # files of releases (privacy.mechanisms) and models
     # 7. front ends
     "numpyro_dpgm": FRONT,
     "numpyro_dpgm.cli": FRONT,

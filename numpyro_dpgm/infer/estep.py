@@ -79,7 +79,6 @@ def conditioned_on_params(model: Callable) -> Callable:
 # ------------------------------------------------------------------------------------------------
 # the registry
 # ------------------------------------------------------------------------------------------------
-_AUTOGUIDES = {"normal": AutoNormal, "mvn": AutoMultivariateNormal}
 _ENGINES: dict = {}
 
 
@@ -88,10 +87,28 @@ def estep_engine(kind: str, model: Callable, latent: str, options: dict,
     """The (cached) E-step engine of ``kind`` for ``model``, reset for a new run.
 
     Engines hold compiled functions keyed by the model, so fitting many releases with one
-    cached model (:func:`latent_counts_model`) compiles once. A variational engine is also
-    keyed by the latent site's ``support``: NumPyro's autoguides build their transforms from
-    the support seen when the guide is first set up, so a release whose support differs (a
-    relaxed CGM of another ``N``) needs a guide of its own.
+    cached model (:func:`~numpyro_dpgm.estimation.variational_em.latent_counts_model`)
+    compiles once. A variational engine is also keyed by the latent site's ``support``:
+    NumPyro's autoguides build their transforms from the support seen when the guide is first
+    set up, so a release whose support differs (a relaxed CGM of another ``N``) needs a guide
+    of its own.
+
+    Parameters
+    ----------
+    kind : {"variational", "mcmc"}
+        :class:`VariationalEStep` or :class:`MCMCEStep`.
+    model : callable
+        A NumPyro model with ``numpyro.param`` sites and the latent site ``latent``.
+    latent : str
+    options : dict
+        Keyword options of the engine's class.
+    support : constraint, optional
+        The latent site's support (variational engines are cached per support).
+
+    Returns
+    -------
+    VariationalEStep or MCMCEStep
+        Called as ``engine(key, params, args, kwargs)``, it returns an :class:`EStepResult`.
     """
     key = (kind, model, latent, tuple(sorted(options.items())))
     if kind == "variational" and support is not None:
@@ -119,6 +136,9 @@ def _support_key(support: Any) -> tuple:
 # ------------------------------------------------------------------------------------------------
 # variational
 # ------------------------------------------------------------------------------------------------
+_AUTOGUIDES = {"normal": AutoNormal, "mvn": AutoMultivariateNormal}
+
+
 class VariationalEStep:
     """``E_q[n]`` from SVI on the model with its params fixed, warm-started across calls.
 

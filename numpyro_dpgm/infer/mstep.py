@@ -70,8 +70,20 @@ def m_step(
 
     Parameters
     ----------
+    network : MarkovNetwork
+    n : array ``(num_params,)``
+        Count tables in the network's layout (an E-step's ``n̂``), summing to ``N`` per clique.
+    theta : array ``(num_params,)``, optional
+        Starting log-potentials of the iterative methods (default zero).
     method : {"auto", "closed_form", "ipf", "lbfgs"}
         ``"auto"`` picks the closed form on decomposable networks and L-BFGS otherwise.
+    ipf_sweeps : int
+        Sweeps over the cliques of ``"ipf"``.
+
+    Returns
+    -------
+    array ``(num_params,)``
+        ``θ`` with ``μ(θ) = n / N`` (up to the solver's tolerance for ``"ipf"``/``"lbfgs"``).
     """
     n = jnp.asarray(n)
     if method == "auto":
