@@ -10,7 +10,8 @@ turns ``max_n F`` into
 
 a smooth problem solved by scipy's L-BFGS-B with ``A`` and its gradient by enumerating the
 joint. The maximiser is ``n* = N·μ(θ − Lᵀλ*)``; the duality gap ``D(λ*) − F(n*)`` certifies the
-reference (L-BFGS-B is restarted until it does, and the test fails if it never does). ``F`` itself is evaluated with the junction-tree entropy written out by hand.
+reference (L-BFGS-B is restarted until it does, and the test fails if it never does). ``F``
+itself is evaluated with the junction-tree entropy written out by hand.
 """
 
 from __future__ import annotations

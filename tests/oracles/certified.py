@@ -11,8 +11,8 @@ either converge by construction or assert their own optimality certificate befor
   convex function given its exact gradient and Hessian; it asserts ``‖∇f‖∞ ≤ gtol`` at the
   answer (for a convex ``f`` a stationary point is a global minimiser).
 - :func:`simplex_qp`: ``min_{p ∈ Δ} ½‖A p − y‖²_W`` by accelerated projected gradient with the
-  exact sort-based projection (Held, Wolfe & Crowder 1974); it asserts the Frank–Wolfe duality gap ``∇f(p)·p − min_i ∇f(p)_i``,
-  an upper bound on ``f(p) − f*``, below ``gap_tol``.
+  exact sort-based projection (Held, Wolfe & Crowder 1974); it asserts the Frank–Wolfe duality
+  gap ``∇f(p)·p − min_i ∇f(p)_i``, an upper bound on ``f(p) − f*``, below ``gap_tol``.
 """
 
 from __future__ import annotations
