@@ -61,6 +61,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from numpyro_dpgm.inference import junction_tree as jt
+
 from .oracle import _json_default, _load, _machine, tree_workload
 
 DESCRIPTION = "Prox-PGM/APPGM vs mbi mirror descent on noisy Adult marginals: error and s/iter"
@@ -254,7 +256,7 @@ def run_workload(name: str, dataset: Any, args: argparse.Namespace,
                    total)
     print(f"\n== {name}: {len(cliques)} cliques, σ = {sigma:.2f}, noisy input TVD "
           f"{noisy['tvd']:.4f}, min-size junction tree "
-          f"{net.junction_tree_for('min_size').num_cells:.3g} cells", flush=True)
+          f"{jt.build_junction_tree(net, 'min_size').num_cells:.3g} cells", flush=True)
     jobs: list[tuple[str, str, str, Callable[[], dict]]] = []
     ke, ka = args.iters_exact, args.iters_approx
     if "approx" in args.oracles:

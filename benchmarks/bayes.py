@@ -4,7 +4,7 @@ Models (``numpyro_dpgm.infer.noisy_marginals_model``: reference-coded parameters
 Normal prior, the relaxed CGM of the latent tables ``n`` and the noise likelihood of the
 released tables ``y``):
 
-- ``demo``: ``infer.diagnostics.demo_release`` / ``demo_convergence``'s model, the chain
+- ``demo``: ``experiments.convergence.demo_release`` / ``demo_convergence``'s model, the chain
   ``a(2) – b(3) – c(2)``, ``N = 200``, Laplace release at ε = 1, prior scale 2 (7 parameters,
   12 latent cells);
 - ``adult``: the model of ``notebooks/bayesian_noisy_marginals.ipynb``, Adult's
@@ -13,10 +13,11 @@ released tables ``y``):
 
 **NUTS** (``--chains`` chains, run one after another on the CPU, ``--warmup`` and
 ``--samples`` iterations per chain, started from the NLBP-EM estimate jittered by ±0.5 in the
-unconstrained space as in ``run_nuts(init="em")``): warm-up wall time (compilation included)
-and sampling wall time measured separately; split R-hat and bulk ESS (ArviZ, rank-normalised)
-of every scalar of ``φ``, ``n`` and ``μ``; bulk ESS per second of sampling (its minimum and
-median over those scalars), also per second of warm-up plus sampling; divergent transitions.
+unconstrained space as in ``run_nuts(init=em_start(model))``): warm-up wall time (compilation
+included) and sampling wall time measured separately; split R-hat and bulk ESS (ArviZ,
+rank-normalised) of every scalar of ``φ``, ``n`` and ``μ``; bulk ESS per second of sampling (its
+minimum and median over those scalars), also per second of warm-up plus sampling; divergent
+transitions.
 Repeated ``--repeats`` times with different seeds; medians reported.
 
 **SVI** (``run_svi`` with AutoNormal, AutoMultivariateNormal and AutoDelta; Adam, step 0.02,
@@ -71,8 +72,8 @@ GUIDES = ("normal", "mvn", "delta")
 def build_model(name: str, seed: int) -> Any:
     """The ``demo`` or ``adult`` model (see the module notes) for release seed ``seed``."""
     from numpyro_dpgm import Dataset, MarkovNetwork, load_demo
+    from numpyro_dpgm.experiments.convergence import demo_release
     from numpyro_dpgm.infer import noisy_marginals_model
-    from numpyro_dpgm.infer.diagnostics import demo_release
     from numpyro_dpgm.privacy import simulate_release
 
     if name == "demo":
@@ -242,6 +243,8 @@ def main(args: argparse.Namespace) -> int:
     """
     import numpyro
 
+    from numpyro_dpgm.estimation.cgm_em import em_start
+
     numpyro.enable_x64()
     numpyro.set_host_device_count(1)
     models = [s for s in args.models.split(",") if s]
@@ -280,7 +283,7 @@ def main(args: argparse.Namespace) -> int:
             nuts_rows, svi_rows = per_model[name]
             model = build_model(name, seed)
             t0 = time.perf_counter()
-            start_values = model.starting_point("em")
+            start_values = em_start(model)
             em_s = time.perf_counter() - t0
             fig, draws = nuts(model, start_values, seed, args)
             fig["em_init_s"] = em_s

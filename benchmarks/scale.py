@@ -124,13 +124,14 @@ def run_workload(n: int, m: int, args: argparse.Namespace) -> dict[str, Any]:
     """Both oracles on a random network of ``n`` attributes and ``m`` pairwise cliques."""
     from numpyro_dpgm import Domain, MarkovNetwork
     from numpyro_dpgm.estimation.prox_pgm import ExactOracle
+    from numpyro_dpgm.inference import junction_tree as jt
     from numpyro_dpgm.inference.gbp import ConvexGBPOracle
 
     rng = np.random.default_rng([args.seed, n, m])
     domain = Domain({f"x{i}": args.values for i in range(n)})
     net = MarkovNetwork(domain, [(f"x{i}", f"x{j}") for i, j in random_edges(n, m, rng)])
     theta = jnp.asarray(rng.standard_normal(net.num_params))
-    tree = net.junction_tree
+    tree = jt.build_junction_tree(net)
     approx = ConvexGBPOracle(net)
     row: dict[str, Any] = {
         "attributes": n, "cliques": m, "values": args.values, "num_params": net.num_params,

@@ -4,6 +4,7 @@ Importing the package sets no global JAX flag. Enable float64 yourself
 (``numpyro.enable_x64()``) before working with counts: the library warns when it runs in float32.
 """
 
+from ._version import __version__ as __version__
 from .combining import CombinedEstimate, analyse, rubin
 from .data import Dataset, count, count_file, count_spark, load_demo
 from .distributions import MarkovRandomField
@@ -21,8 +22,6 @@ from .io import (
 from .network import MarkovNetwork
 from .synthesis import synthesize
 from .tables import CliqueTables
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CliqueTables",

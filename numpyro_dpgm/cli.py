@@ -569,6 +569,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
     import numpy as np
     from numpyro.diagnostics import split_gelman_rubin
 
+    from .estimation.cgm_em import em_start
     from .infer.bayes import noisy_marginals_model, run_nuts
     from .synthesis import posterior_models
 
@@ -576,7 +577,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
                                   triangulate=not network.is_decomposable)
     with console.status(f"NUTS: {chains} chain(s) × ({draws} warm-up + {draws} draws)"):
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
-                        num_chains=chains, init="em")
+                        num_chains=chains, init=em_start(bayes))
     phi = np.asarray(mcmc.get_samples(group_by_chain=True)["phi"])
     rhat = float(np.max(split_gelman_rubin(phi))) if phi.shape[1] > 3 else float("nan")
     divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))

@@ -42,6 +42,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import pandas as pd
 
+from .data import records_to_array
 from .domain import Domain
 
 __all__ = ["Encoded", "encode", "decode", "read_domain", "domain_spec", "Label"]
@@ -361,8 +362,6 @@ def decode(
         Columns named and ordered as the domain, each ``pd.Categorical`` with the labels as its
         categories (in code order).
     """
-    from .data import records_to_array
-
     domain = domain if isinstance(domain, Domain) else Domain(domain)
     categories = dict(categories or {})
     unknown = [a for a in categories if a not in domain]

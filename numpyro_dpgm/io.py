@@ -91,6 +91,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._version import __version__
+from .distributions.mrf import MarkovRandomField
 from .domain import Domain
 from .measurements import (
     DiscreteGaussian,
@@ -399,8 +401,6 @@ def _expect(condition: bool, message: str) -> None:
 
 
 def _library_version() -> str:
-    from . import __version__
-
     return __version__
 
 
@@ -624,8 +624,6 @@ def save_model(
         when sampled (the maximum-entropy model given no measurement of them). It must hold
         the model's attributes with the same sizes; ``categories`` may label all of them.
     """
-    from .distributions.mrf import MarkovRandomField
-
     prov = dict(provenance or {})
     if not isinstance(model, MarkovRandomField) and isinstance(
         getattr(model, "model", None), MarkovRandomField
@@ -669,8 +667,6 @@ def _widen(model: Any, domain: Domain) -> Any:
 
 def _parse_model(doc: dict[str, Any]) -> SavedModel:
     import jax.numpy as jnp
-
-    from .distributions.mrf import MarkovRandomField
 
     domain = _domain_from_json(doc["domain"])
     _expect(isinstance(doc["cliques"], list), "cliques is not a list")

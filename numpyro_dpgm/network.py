@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax.numpy as jnp
 import networkx as nx
@@ -24,9 +24,6 @@ import numpy as np
 
 from .domain import Clique, Domain
 from .tables import CliqueTables
-
-if TYPE_CHECKING:
-    from .inference.junction_tree import JunctionTree
 
 __all__ = ["MarkovNetwork"]
 
@@ -199,20 +196,6 @@ class MarkovNetwork:
         covered = {a for c in self.cliques for a in c}
         graph_cliques = {frozenset(c) for c in nx.find_cliques(self.graph.subgraph(covered))}
         return graph_cliques <= {frozenset(c) for c in self.cliques}
-
-    @property
-    def junction_tree(self) -> JunctionTree:
-        """The (cached) junction tree with the default elimination heuristic (min-fill)."""
-        return self.junction_tree_for("min_fill")
-
-    def junction_tree_for(self, method: str = "min_fill") -> JunctionTree:
-        """The (cached) junction tree built with elimination heuristic ``method``.
-
-        ``method`` is ``"min_fill"`` (networkx) or ``"min_size"`` (greedy smallest new clique).
-        """
-        from .inference.junction_tree import build_junction_tree
-
-        return build_junction_tree(self, method)
 
     def with_cliques(self, extra: Iterable[Iterable[str]]) -> MarkovNetwork:
         """The network with cliques added (those already covered by an equal set are skipped)."""

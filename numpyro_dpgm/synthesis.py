@@ -31,6 +31,7 @@ import pandas as pd
 
 from .distributions.constraints import decomposable_layout
 from .distributions.mrf import MarkovRandomField
+from .infer.bayes import reference_coding
 from .network import MarkovNetwork
 from .tables import project_table
 
@@ -184,8 +185,6 @@ def posterior_models(
         raise KeyError(f"the posterior has no draws of site {site!r}; it has {sorted(draws)}")
     values = jnp.asarray(draws[site])
     if site == "phi":
-        from .infer.bayes import reference_coding
-
         coding = reference_coding(network)
         if values.ndim != 2 or values.shape[-1] != coding.dim:
             raise ValueError(f"phi draws have shape {values.shape}; expected (draws, {coding.dim})")

@@ -83,7 +83,11 @@ plain_check() {  # the wheel, without extras, in a new venv, run from outside th
   trap 'rm -rf "${tmp:-}"' EXIT
   echo "[dev.sh] plain install: wheel into a new venv with $py ($("$py" --version))" >&2
   new_venv "$py" "$tmp/venv"
-  "$tmp/venv/bin/python" -m pip wheel --quiet --no-deps --no-build-isolation -w "$tmp/dist" .
+  # build from a copy of the tracked and new files: a stale build/ folder would leak into the wheel
+  mkdir "$tmp/src"
+  git ls-files -co --exclude-standard -z | tar -cf - --null -T - | tar -xf - -C "$tmp/src"
+  "$tmp/venv/bin/python" -m pip wheel --quiet --no-deps --no-build-isolation -w "$tmp/dist" \
+    "$tmp/src"
   "$tmp/venv/bin/python" -m pip install --quiet -c "$lock" "$tmp"/dist/numpyro_dpgm-*.whl
   (cd "$tmp" && "$tmp/venv/bin/python" "$here/scripts/plain_install_check.py")
 }

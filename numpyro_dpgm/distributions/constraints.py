@@ -10,6 +10,7 @@ from numpyro.distributions import constraints
 from numpyro.distributions.transforms import StickBreakingTransform, Transform, biject_to
 
 from ..domain import Clique
+from ..inference import junction_tree as jt
 from ..network import MarkovNetwork
 from ..tables import project_table
 
@@ -53,11 +54,11 @@ def decomposable_layout(network: MarkovNetwork) -> DecomposableLayout:
         raise ValueError(
             "the CGM density and its bijection need a decomposable network (its maximal cliques "
             f"must be those of a chordal graph); {list(network.cliques)} is not. Use the network "
-            "of its triangulation, MarkovNetwork(domain, network.junction_tree.cliques), whose "
-            "tables determine the original ones by projection. (EM through NLBP, cgm_em, works on "
-            "any network.)"
+            "of its triangulation, MarkovNetwork(domain, build_junction_tree(network).cliques) "
+            "(numpyro_dpgm.inference), whose tables determine the original ones by projection. "
+            "(EM through NLBP, cgm_em, works on any network.)"
         )
-    tree = covered.junction_tree_for("min_fill")
+    tree = jt.build_junction_tree(covered, "min_fill")
     by_set = {frozenset(c): c for c in network.cliques}
     tree_cliques = tuple(by_set[frozenset(c)] for c in tree.cliques)
     seps = []
@@ -81,7 +82,7 @@ def triangulated(network: MarkovNetwork) -> MarkovNetwork:
     attrs = [a for a in network.domain.attrs if any(a in c for c in network.cliques)]
     if MarkovNetwork(network.domain.project(attrs), network.cliques).is_decomposable:
         return network
-    tree = network.junction_tree_for("min_fill")
+    tree = jt.build_junction_tree(network, "min_fill")
     return MarkovNetwork(network.domain, [c for c in tree.cliques if len(c) > 0])
 
 
@@ -309,7 +310,7 @@ class _Plan(NamedTuple):
 @functools.lru_cache(maxsize=128)
 def _transform_plan(network: MarkovNetwork) -> _Plan:
     layout = decomposable_layout(network)
-    tree = layout.covered.junction_tree_for("min_fill")
+    tree = jt.build_junction_tree(layout.covered, "min_fill")
     domain = network.domain
     keys: list[Clique] = [()] * len(tree.cliques)
     steps = []

@@ -1,7 +1,8 @@
 """Estimators: plain functions from measurements (and options) to a :class:`Result`."""
 
+from ..infer.mstep import m_step
 from ..measurements import estimate_total
-from .cgm_em import cgm_em, m_step
+from .cgm_em import cgm_em, em_start
 from .frank_wolfe import FrankWolfeResult, private_frank_wolfe
 from .losses import measurement_loss
 from .mcem import mcem
@@ -31,6 +32,7 @@ __all__ = [
     "answer_queries",
     "calibrate_noise_multiplier",
     "cgm_em",
+    "em_start",
     "default_l2",
     "estimate_total",
     "exponential_mechanism",

@@ -17,7 +17,6 @@ option (default 10, with a naive-MLE start).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -27,18 +26,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._precision import warn_if_float32
-from ..distributions.cgm import decomposable_layout
 from ..distributions.mrf import MarkovRandomField
+from ..infer.bayes import NoisyMarginalsModel
+from ..infer.mstep import m_step
 from ..inference import junction_tree as jt
 from ..inference.nlbp import nlbp_map
 from ..measurements import Measurement
 from ..network import MarkovNetwork
-from ..tables import CliqueTables, project_table
 from .losses import LossTerm, build_terms, check_measurements, terms_loss
-from .naive import fit_mle, naive_mle
+from .naive import naive_mle
 from .result import Result
 
-__all__ = ["cgm_em", "EMState", "MeasurementEvidence", "em_theta", "gauge_fix", "m_step"]
+__all__ = ["cgm_em", "EMState", "MeasurementEvidence", "em_start", "em_theta", "gauge_fix"]
 
 Array = Any
 
@@ -70,75 +69,6 @@ def gauge_fix(network: MarkovNetwork, theta: Array) -> Array:
     """Subtract each clique table's mean (a change of gauge: the distribution is unchanged)."""
     tables = network.unflatten(theta)
     return network.flatten(tables.map(lambda t: t - jnp.mean(t)))
-
-
-def _closed_form(network: MarkovNetwork, n: Array) -> Array:
-    """``θ_C = log n_C − log n_{S(C)}`` on the junction tree of a decomposable network."""
-    layout = decomposable_layout(network)
-    tree = layout.covered.junction_tree_for("min_fill")
-    tables = network.unflatten(n)
-    out = {c: jnp.zeros(s, dtype=n.dtype) for c, s in zip(network.cliques, network.shapes,
-                                                        strict=True)}
-    for i, c in enumerate(layout.tree_cliques):
-        sep = tree.separators[i] if tree.parent[i] >= 0 else ()
-        log_c = jnp.log(tables[c])
-        if sep:
-            log_s = jnp.log(project_table(tables[c], c, sep))
-            shape = tuple(network.domain[a] if a in sep else 1 for a in c)
-            order = tuple(a for a in c if a in sep)
-            log_s = jnp.reshape(project_table(log_s, sep, order), shape)
-            log_c = log_c - log_s
-        out[c] = log_c
-    return network.flatten(CliqueTables(out))
-
-
-@functools.partial(jax.jit, static_argnums=(0, 3))
-def _ipf(network: MarkovNetwork, n: Array, theta: Array, sweeps: int) -> Array:
-    total = jnp.sum(network.unflatten(n)[network.cliques[0]])
-
-    def sweep(_, th):
-        for j, c in enumerate(network.cliques):
-            mu = jt.marginals(network, th)[c]
-            sl = network.slice_of(c)
-            update = jnp.log(network.unflatten(n)[c] / total) - jnp.log(mu)
-            th = th.at[sl].add(jnp.ravel(update))
-            del j
-        return th
-
-    return jax.lax.fori_loop(0, sweeps, sweep, theta)
-
-
-def m_step(
-    network: MarkovNetwork, n: Array, theta: Array | None = None, method: str = "auto",
-    *, ipf_sweeps: int = 50,
-) -> Array:
-    """Moment matching ``argmax_θ θ·n − N·A(θ)`` for strictly positive consistent ``n``.
-
-    Parameters
-    ----------
-    method : {"auto", "closed_form", "ipf", "lbfgs"}
-        ``"auto"`` picks the closed form on decomposable networks and L-BFGS otherwise.
-    """
-    n = jnp.asarray(n)
-    if method == "auto":
-        method = "closed_form" if _decomposable(network) else "lbfgs"
-    if method == "closed_form":
-        return _closed_form(network, n)
-    theta = jnp.zeros_like(n) if theta is None else jnp.asarray(theta)
-    if method == "ipf":
-        return _ipf(network, n, theta, int(ipf_sweeps))
-    if method == "lbfgs":
-        total = jnp.sum(network.unflatten(n)[network.cliques[0]])
-        return fit_mle(network, n / total, 0.0, init=theta).model.theta
-    raise ValueError(f"unknown M-step {method!r}; use 'auto', 'closed_form', 'ipf' or 'lbfgs'")
-
-
-def _decomposable(network: MarkovNetwork) -> bool:
-    try:
-        decomposable_layout(network)
-    except ValueError:
-        return False
-    return True
 
 
 class EMState(NamedTuple):
@@ -272,7 +202,7 @@ def cgm_em(
         NLBP form (see :mod:`numpyro_dpgm.inference.nlbp`).
     m_step_method : str, optional
         ``None`` uses the free natural-space M-step when ``space="natural"``, else
-        :func:`m_step`'s ``"auto"``.
+        :func:`~numpyro_dpgm.infer.mstep.m_step`'s ``"auto"``.
     tol : float
         Stop when ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``. The run counts as converged only
         if that last E-step converged as well; otherwise the E-step stalled at its starting
@@ -393,3 +323,43 @@ def cgm_em(
             "m_step": m_step_method,
         },
     )
+
+
+def em_start(model: NoisyMarginalsModel, **cgm_em_options: Any) -> dict[str, Array]:
+    """An interior starting point of NUTS or SVI on ``model`` from the NLBP-EM estimate.
+
+    With ``θ`` inferred: ``θ̂`` from :func:`cgm_em` (options passed through; its naive start,
+    or ``init="zeros"`` when some clique has no measurement of its own),
+    ``φ = from_theta(θ̂)`` and ``n = N·μ(θ̂)``. With ``θ`` fixed: the NLBP MAP of ``n`` at that
+    ``θ``. Both lie strictly inside ``N·M``.
+
+    Parameters
+    ----------
+    model : NoisyMarginalsModel
+    **cgm_em_options
+        Passed to :func:`cgm_em` (``θ`` fixed: ``inner_iters``, NLBP iterations, default 200).
+
+    Returns
+    -------
+    dict
+        Site values for ``init=`` of :func:`~numpyro_dpgm.infer.bayes.run_nuts` and
+        :func:`~numpyro_dpgm.infer.bayes.run_svi`.
+    """
+    net, latent = model.network, model.latent_network
+    if model.theta is None:
+        try:
+            fit = cgm_em(model.measurements, net, model.total_count, **cgm_em_options)
+        except ValueError:
+            if "init" in cgm_em_options:
+                raise
+            # the naive start needs every clique measured; start EM from uniform instead
+            fit = cgm_em(model.measurements, net, model.total_count, init="zeros",
+                         **cgm_em_options)
+        theta_hat = fit.model.theta
+        eta = model.latent_theta(theta_hat)
+        return {"phi": model.coding.from_theta(theta_hat),
+                "n": model.total_count * latent.flatten(jt.marginals(latent, eta))}
+    evidence, data = MeasurementEvidence.build(latent, model.measurements)
+    r = nlbp_map(latent, model.latent_theta(model.theta), float(model.total_count), evidence,
+                 (data, 0.0), max_iters=int(cgm_em_options.get("inner_iters", 200)))
+    return {"n": r.n}

@@ -117,7 +117,7 @@ def exponential_mechanism(
 
 
 def _tree_marginals(network: MarkovNetwork, theta: Any) -> tuple[Any, Any]:
-    tree = network.junction_tree
+    tree = jt.build_junction_tree(network)
     return tree, jt.calibrate_marginals(tree, jt.clique_log_potentials(tree, network, theta))
 
 
@@ -334,7 +334,7 @@ def mwem_pgm(
     def tree_cells(cls: Sequence[Clique]) -> float:
         k = frozenset(frozenset(c) for c in cls)
         if k not in size_cache:
-            size_cache[k] = float(MarkovNetwork(dom, list(cls)).junction_tree.num_cells)
+            size_cache[k] = float(jt.build_junction_tree(MarkovNetwork(dom, list(cls))).num_cells)
         return size_cache[k]
 
     if not any(tree_cells([c]) <= max_cells for c in cliques_w):

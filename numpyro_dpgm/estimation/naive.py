@@ -22,22 +22,18 @@ The default strength follows a rule in public quantities only (the noise scale a
 
 from __future__ import annotations
 
-import functools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-import optax.tree_utils as otu
 
-from .._precision import warn_if_float32
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique
-from ..inference import junction_tree as jt
+from ..inference.mle import fit_theta, solve_mle
 from ..measurements import Measurement, estimate_total
 from ..metrics import embed_theta
 from ..network import MarkovNetwork
@@ -46,7 +42,6 @@ from .result import Result
 
 __all__ = [
     "DEFAULT_L2_FLOOR",
-    "check_tie",
     "project_simplex",
     "default_l2",
     "fit_mle",
@@ -122,131 +117,8 @@ def _project_simplex(v: Array, total: Array) -> Array:
 
 
 # ------------------------------------------------------------------------------------------------
-# L2-regularised MLE by L-BFGS
+# L2-regularised MLE
 # ------------------------------------------------------------------------------------------------
-class _LBFGSState(NamedTuple):
-    """Loop state of :func:`_fit` (all arrays, so it can be a ``while_loop`` carry)."""
-
-    theta: Array
-    opt_state: Any
-    iteration: Array
-    value: Array
-    grad: Array
-    stalled: Array
-    trace: Array
-
-
-def _l2_vector(network: MarkovNetwork, l2: Any) -> np.ndarray:
-    """Validate ``l2`` (scalar, per-clique mapping or per-parameter vector) -> per-parameter."""
-    if isinstance(l2, Mapping):
-        missing = [c for c in network.cliques if c not in l2]
-        if missing:
-            raise ValueError(f"l2 mapping lacks clique(s) {missing}")
-        vec = np.concatenate([np.full(s, float(l2[c])) for c, s in
-                              zip(network.cliques, network.sizes, strict=True)])
-    else:
-        arr = np.asarray(l2, dtype=float)
-        if arr.ndim == 0:
-            vec = np.full(network.num_params, float(arr))
-        elif arr.shape == (network.num_params,):
-            vec = arr
-        else:
-            raise ValueError(
-                f"l2 has shape {arr.shape}; expected a scalar or ({network.num_params},)"
-            )
-    if not np.all(np.isfinite(vec)) or np.any(vec < 0):
-        raise ValueError("the L2 strength must be finite and non-negative")
-    return vec
-
-
-def check_tie(network: MarkovNetwork, tie: Any) -> tuple[np.ndarray, int]:
-    """Validate a parameter tying ``θ = w[tie]``; return ``(tie, K)`` (identity when ``None``)."""
-    if tie is None:
-        return np.arange(network.num_params), network.num_params
-    idx = np.asarray(tie)
-    if idx.shape != (network.num_params,) or not np.issubdtype(idx.dtype, np.integer):
-        raise ValueError(
-            f"tie must be an integer array of shape ({network.num_params},) mapping every "
-            f"parameter of the network to a free parameter; got {idx.dtype} {idx.shape}")
-    k = int(idx.max()) + 1
-    if idx.min() < 0 or len(np.unique(idx)) != k:
-        raise ValueError("tie must use every free-parameter index 0..K-1 at least once")
-    return idx, k
-
-
-def _as_param_vector(network: MarkovNetwork, x: Any, name: str) -> Array:
-    if isinstance(x, Mapping):  # CliqueTables or a plain dict
-        tables = {}
-        for c in network.cliques:
-            if c not in x:
-                raise ValueError(f"{name} lacks clique {c} of the network")
-            tables[c] = x[c]
-        x = network.flatten(tables)
-    x = jnp.asarray(x)
-    if x.shape != (network.num_params,):
-        raise ValueError(
-            f"{name} has shape {x.shape}; the network expects ({network.num_params},)"
-        )
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.result_type(float))
-    return x
-
-
-@functools.partial(
-    jax.jit, static_argnames=("network", "capacity", "memory_size", "max_linesearch_steps",
-                              "method"))
-def _fit(
-    network: MarkovNetwork,
-    mu_hat: Array,
-    l2: Array,
-    theta0: Array,
-    tol: Array,
-    max_iters: Array,
-    capacity: int,
-    memory_size: int,
-    max_linesearch_steps: int,
-    method: str,
-    tie: Array | None = None,
-) -> _LBFGSState:
-    """L-BFGS on the negated objective ``A(θ) − θ·μ̂ + ½ Σ λ_i θ_i²`` inside one while loop.
-
-    ``max_iters`` is traced (no recompilation when it changes); the loss trace has the static
-    length ``capacity ≥ max_iters + 1``.
-    """
-
-    def loss(theta: Array) -> Array:
-        full = theta if tie is None else theta[tie]
-        return (jt.log_partition(network, full, method) - jnp.dot(theta, mu_hat)
-                + 0.5 * jnp.sum(l2 * theta**2))
-
-    opt = optax.lbfgs(
-        memory_size=memory_size,
-        linesearch=optax.scale_by_zoom_linesearch(
-            max_linesearch_steps=max_linesearch_steps, initial_guess_strategy="one"),
-    )
-    value0, grad0 = jax.value_and_grad(loss)(theta0)
-    trace = jnp.full((capacity,), jnp.nan, dtype=theta0.dtype).at[0].set(value0)
-    init = _LBFGSState(theta0, opt.init(theta0), jnp.asarray(0), value0, grad0,
-                       jnp.asarray(False), trace)
-
-    def cond(s: _LBFGSState) -> Array:
-        return (s.iteration < max_iters) & (otu.tree_norm(s.grad) > tol) & ~s.stalled
-
-    def body(s: _LBFGSState) -> _LBFGSState:
-        updates, opt_state = opt.update(
-            s.grad, s.opt_state, s.theta, value=s.value, grad=s.grad, value_fn=loss)
-        theta = optax.apply_updates(s.theta, updates)
-        # the zoom line search stores the value and gradient at the accepted point
-        value = otu.tree_get(opt_state, "value")
-        grad = otu.tree_get(opt_state, "grad")
-        it = s.iteration + 1
-        # a failed line search returns a zero step: nothing further can change
-        stalled = jnp.all(updates == 0)
-        return _LBFGSState(theta, opt_state, it, value, grad, stalled, s.trace.at[it].set(value))
-
-    return jax.lax.while_loop(cond, body, init)
-
-
 def fit_mle(
     network: MarkovNetwork,
     mu_hat: Any,
@@ -269,7 +141,8 @@ def fit_mle(
 
     whose gradient is ``μ̂ − μ(θ) − λ⊙θ`` (``∇A = μ``, §3). ``A`` comes from the exact
     junction-tree oracle and its gradient from autodiff. Solved by L-BFGS (``optax.lbfgs`` with a
-    zoom line search) from ``θ = 0`` in a ``lax.while_loop`` under ``jit``.
+    zoom line search) from ``θ = 0`` in a ``lax.while_loop`` under ``jit``
+    (:func:`numpyro_dpgm.inference.mle.fit_theta`, packaged as a :class:`Result`).
 
     Parameters
     ----------
@@ -316,55 +189,18 @@ def fit_mle(
         for targets or initial values of the wrong shape, a negative or non-finite ``l2``,
         or non-positive ``tol``/``max_iters``.
     """
-    if not isinstance(network, MarkovNetwork):
-        raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
-    if tie is None:
-        mu = _as_param_vector(network, mu_hat, "mu_hat")
-        lam = _l2_vector(network, l2)
-        theta0 = (jnp.zeros(network.num_params, dtype=mu.dtype) if init is None
-                  else _as_param_vector(network, init, "init").astype(mu.dtype))
-    else:
-        tie, free = check_tie(network, tie)
-        mu = jnp.asarray(mu_hat, dtype=jnp.result_type(float))
-        if mu.shape != (free,):
-            raise ValueError(f"mu_hat has shape {mu.shape}; the tied layout has ({free},)")
-        lam = np.broadcast_to(np.asarray(l2, dtype=float), (free,))
-        if not np.all(np.isfinite(lam)) or np.any(lam < 0):
-            raise ValueError("the L2 strength must be finite and non-negative")
-        theta0 = (jnp.zeros(free, dtype=mu.dtype) if init is None
-                  else jnp.asarray(init, dtype=mu.dtype))
-        if theta0.shape != (free,):
-            raise ValueError(f"init has shape {theta0.shape}; expected ({free},)")
-        tie = jnp.asarray(tie)
-    if not bool(jnp.all(jnp.isfinite(mu))):
-        raise ValueError("mu_hat has non-finite values")
-    if not math.isfinite(tol) or tol <= 0:
-        raise ValueError(f"tol must be positive, got {tol}")
-    for name, val in (("max_iters", max_iters), ("memory_size", memory_size),
-                      ("max_linesearch_steps", max_linesearch_steps)):
-        if int(val) != val or val < 1:
-            raise ValueError(f"{name} must be a positive integer, got {val}")
-    if mu.dtype == jnp.float32:
-        warn_if_float32("fit_mle")
-    start = time.perf_counter()
-    capacity = max(1024, 1 << int(max_iters).bit_length())  # ≥ max_iters + 1, few sizes
-    state = _fit(network, mu, jnp.asarray(lam, dtype=mu.dtype), theta0,
-                 jnp.asarray(tol, dtype=mu.dtype), jnp.asarray(int(max_iters)), capacity,
-                 int(memory_size), int(max_linesearch_steps), method, tie)
-    state = jax.block_until_ready(state)
-    elapsed = time.perf_counter() - start
-    iters = int(state.iteration)
-    grad_norm = float(jnp.linalg.norm(state.grad))
-    theta = state.theta if tie is None else state.theta[tie]
-    extras = {"grad_norm": grad_norm, "l2": lam, "stalled": bool(state.stalled)}
+    fit = fit_theta(network, mu_hat, l2, init=init, tol=tol, max_iters=max_iters,
+                    memory_size=memory_size, max_linesearch_steps=max_linesearch_steps,
+                    method=method, tie=tie)
+    extras = {"grad_norm": fit.grad_norm, "l2": fit.l2, "stalled": fit.stalled}
     if tie is not None:
-        extras["free_params"] = state.theta
+        extras["free_params"] = fit.free_params
     return Result(
-        model=MarkovRandomField(network, theta, method=method),
-        loss_trace=np.asarray(state.trace[: iters + 1]),
-        iterations=iters,
-        converged=grad_norm <= tol,
-        elapsed=elapsed,
+        model=MarkovRandomField(network, fit.theta, method=method),
+        loss_trace=fit.loss_trace,
+        iterations=fit.iterations,
+        converged=fit.converged,
+        elapsed=fit.elapsed,
         extras=extras,
     )
 
@@ -402,10 +238,9 @@ def naive_theta(
     y = jnp.asarray(y)
     mu = project_tables(network, y, jnp.asarray(total, dtype=y.dtype))
     lam = jnp.broadcast_to(jnp.asarray(l2, dtype=y.dtype), mu.shape)
-    capacity = max(1024, 1 << int(max_iters).bit_length())
-    state = _fit(network, mu, lam, jnp.zeros_like(mu), jnp.asarray(tol, dtype=y.dtype),
-                 jnp.asarray(int(max_iters)), capacity, int(memory_size),
-                 int(max_linesearch_steps), method)
+    state = solve_mle(network, mu, lam, jnp.zeros_like(mu), tol=tol, max_iters=max_iters,
+                      memory_size=memory_size, max_linesearch_steps=max_linesearch_steps,
+                      method=method)
     return state.theta, jnp.linalg.norm(state.grad)
 
 

@@ -28,9 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..distributions.relaxation import warn_if_leaky
+from ..infer.bayes import noisy_marginals_model, run_nuts
+from ..infer.estep import estep_engine
 from ..inference import junction_tree as jt
 from ..measurements import Measurement
 from ..network import MarkovNetwork
+from .cgm_em import em_start
 from .naive import fit_mle
 from .result import Result
 
@@ -44,8 +47,6 @@ _MODELS: dict = {}
 def _bayes_model(network: MarkovNetwork, measurements: Sequence[Measurement], total_count: int,
                  prior_scale: float) -> Any:
     """The Bayesian model, one object per release structure (so compiled code is reused)."""
-    from ..infer.bayes import noisy_marginals_model
-
     model = noisy_marginals_model(network, measurements, total_count, prior_scale=prior_scale,
                                   triangulate=True, record_marginals=False)
     key = (network, model.total_count, model.noise_family, tuple(model.noise_scales.tolist()),
@@ -91,8 +92,8 @@ def posterior_mean(
     svi_steps, learning_rate, svi_draws :
         SVI options (``AutoNormal`` guide; ``svi_draws`` guide draws average ``μ``).
     init : {"uniform", "em"}
-        Starting point of the chains (NUTS;
-        :meth:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel.starting_point`). The guide starts
+        Starting point of the chains (NUTS): uniform tables and ``φ = 0``, or the NLBP-EM
+        estimate (:func:`~numpyro_dpgm.estimation.cgm_em.em_start`). The guide starts
         at uniform tables and ``φ = 0``.
 
     Returns
@@ -106,8 +107,6 @@ def posterior_mean(
         0.01 a :class:`~numpyro_dpgm.distributions.relaxation.RelaxationWarning` is issued);
         NUTS adds ``divergences``.
     """
-    from ..infer.bayes import run_nuts
-
     start = time.perf_counter()
     if not isinstance(network, MarkovNetwork):
         raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
@@ -118,14 +117,13 @@ def posterior_mean(
     extras: dict[str, Any] = {"method": method}
     if method == "nuts":
         mcmc = run_nuts(model, key, num_warmup=num_warmup, num_samples=num_samples,
-                        num_chains=num_chains, init=init, chain_method="vectorized",
+                        num_chains=num_chains, init=em_start(model) if init == "em" else init,
+                        chain_method="vectorized",
                         max_tree_depth=8)
         phi = mcmc.get_samples()["phi"]
         loss = np.asarray(mcmc.get_extra_fields()["potential_energy"])
         extras["divergences"] = int(np.sum(mcmc.get_extra_fields()["diverging"]))
     else:
-        from .variational_em import estep_engine
-
         options = dict(guide="normal", first_steps=svi_steps, steps=svi_steps,
                        learning_rate=learning_rate, mean_draws=1)
         engine = estep_engine("variational", model, "n", options)

@@ -79,6 +79,7 @@ from .losses import (
     network_from_measurements,
     terms_loss,
 )
+from .naive import fit_mle
 from .result import Result
 
 __all__ = [
@@ -160,7 +161,7 @@ class ExactOracle:
 
     def __call__(self, theta: Array, state: Any) -> tuple[Array, Array, Any]:
         net = self.network
-        tree = net.junction_tree_for(self.method)
+        tree = jt.build_junction_tree(net, self.method)
         cal = jt.calibrate(tree, jt.clique_log_potentials(tree, net, theta))
         parts = []
         for c in net.cliques:
@@ -225,9 +226,7 @@ def _max_entropy_model(
     term since locally consistent pseudo-marginals may lie outside ``M``). Otherwise ``θ`` is
     returned unchanged and marked ``"oracle"``.
     """
-    from .naive import fit_mle
-
-    if network.junction_tree.num_cells > max_cells:
+    if jt.build_junction_tree(network).num_cells > max_cells:
         return theta, "oracle"
     fit = fit_mle(network, pseudo, 1e-6, init=theta)
     return fit.model.theta, "max_entropy"

@@ -40,8 +40,8 @@ from dp_accounting import mechanism_calibration
 from .._precision import warn_if_float32
 from ..distributions.mrf import MarkovRandomField
 from ..inference import junction_tree as jt
+from ..inference.mle import check_tie
 from ..network import MarkovNetwork
-from .naive import check_tie
 from .result import Result
 
 __all__ = [

@@ -32,76 +32,35 @@ shape.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-from numpyro import handlers
-from numpyro.infer import SVI, Trace_ELBO
-from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 
 from ..distributions.cgm import CollectiveGraphicalModel
 from ..distributions.mrf import MarkovRandomField
 from ..distributions.noise import GaussianNoise, LaplaceNoise
 from ..distributions.relaxation import warn_if_leaky
+from ..infer.bayes import noisy_marginals_model
+from ..infer.em import EM
 from ..measurements import Measurement
 from ..network import MarkovNetwork
+from .naive import naive_mle
 from .result import Result
 
 __all__ = [
-    "EStepResult",
-    "VariationalEStep",
-    "conditioned_on_params",
-    "estep_engine",
+    "initial_theta",
     "latent_counts_model",
     "model_arguments",
+    "run_em_estimator",
     "variational_em",
 ]
 
 Array = Any
-
-
-class EStepResult(NamedTuple):
-    """What a sampling or variational E-step returns.
-
-    Attributes
-    ----------
-    n : array
-        The estimate of ``E[n | y; θ_t]`` (latent site's layout).
-    objective : float
-        Variational: the ELBO (mean over the last steps); Monte Carlo: the mean log joint
-        density of the draws.
-    converged : bool
-        Whether the E-step's own stopping rule held (variational: the ELBO stopped rising).
-    draws : int
-        Number of draws the mean is taken over.
-    """
-
-    n: Any
-    objective: float
-    converged: bool
-    draws: int
-
-
-def conditioned_on_params(model: Callable) -> Callable:
-    """``model`` as ``f(params, *args, **kwargs)`` with its ``numpyro.param`` sites fixed.
-
-    The params are substituted and then hidden, so inference on the result (SVI, NUTS) sees
-    only the latent sample sites, and the params are ordinary (traced) arguments: a compiled
-    sampler or optimiser is reused across EM iterations.
-    """
-
-    def conditioned(params: dict, *args: Any, **kwargs: Any) -> Any:
-        with handlers.block(hide_fn=lambda site: site["type"] == "param"), \
-                handlers.substitute(data=params):
-            return model(*args, **kwargs)
-
-    return conditioned
 
 
 # ------------------------------------------------------------------------------------------------
@@ -137,10 +96,8 @@ def latent_counts_model(
         holds ``latent_network``. Models are cached by the release's structure (network,
         measured cliques and queries, noise family), so compiled samplers are reused across
         releases of the same shape, whatever their noise scales and ``N`` (NUTS; the variational
-        guide is built per ``N``, see :func:`estep_engine`).
+        guide is built per ``N``, see :func:`~numpyro_dpgm.infer.estep.estep_engine`).
     """
-    from ..infer.bayes import noisy_marginals_model
-
     readout = noisy_marginals_model(network, measurements, total_count,
                                     theta=jnp.zeros(network.num_params), triangulate=True,
                                     record_marginals=False)
@@ -178,147 +135,6 @@ def model_arguments(model: Callable[..., None]) -> tuple[Array, Array, Array]:
 
 
 # ------------------------------------------------------------------------------------------------
-# the E-step
-# ------------------------------------------------------------------------------------------------
-_AUTOGUIDES = {"normal": AutoNormal, "mvn": AutoMultivariateNormal}
-_ENGINES: dict = {}
-
-
-def estep_engine(kind: str, model: Callable, latent: str, options: dict,
-                 support: Any = None) -> Any:
-    """The (cached) E-step engine of ``kind`` for ``model``, reset for a new run.
-
-    Engines hold compiled functions keyed by the model, so fitting many releases with one
-    cached model (:func:`latent_counts_model`) compiles once. A variational engine is also
-    keyed by the latent site's ``support``: NumPyro's autoguides build their transforms from
-    the support seen when the guide is first set up, so a release whose support differs (a
-    relaxed CGM of another ``N``) needs a guide of its own.
-    """
-    key = (kind, model, latent, tuple(sorted(options.items())))
-    if kind == "variational" and support is not None:
-        key += (_support_key(support),)
-    engine = _ENGINES.get(key)
-    if engine is None:
-        if kind == "variational":
-            engine = VariationalEStep(model, latent, **options)
-        elif kind == "mcmc":
-            from .mcem import MCMCEStep
-
-            engine = MCMCEStep(model, latent, **options)
-        else:
-            raise ValueError(f"unknown E-step {kind!r}; use 'variational' or 'mcmc'")
-        _ENGINES[key] = engine
-    engine.reset()
-    return engine
-
-
-def _support_key(support: Any) -> tuple:
-    """A hashable value identifying a constraint object (its type, structure and data)."""
-    leaves, treedef = jax.tree_util.tree_flatten(support)
-    return (type(support), str(treedef),
-            tuple(np.asarray(leaf).tobytes() for leaf in leaves))
-
-
-class VariationalEStep:
-    """``E_q[n]`` from SVI on the model with its params fixed, warm-started across calls.
-
-    Parameters
-    ----------
-    model : callable
-        A NumPyro model with ``numpyro.param`` sites and the latent site ``latent``.
-    latent : str
-    guide : {"normal", "mvn"}
-        ``AutoNormal`` or ``AutoMultivariateNormal`` over every latent site, initialised at
-        uniform tables for relaxed CGM sites.
-    first_steps, steps : int
-        Adam steps of the first E-step (rounded up to a multiple of ``steps``) and of every
-        later (warm-started) one.
-    learning_rate : float
-    num_particles : int
-        Monte-Carlo particles of the ELBO gradient.
-    mean_draws : int
-        Guide draws averaged into ``E_q[n]``.
-
-    Notes
-    -----
-    The guide starts at uniform tables ``N / |X_C|`` (not at ``N·μ(θ₀)``): an autoguide fixes
-    its starting point when first set up, so a data-dependent start would carry over from the
-    first release fitted with a cached engine to the next.
-    """
-
-    def __init__(self, model: Callable, latent: str, *, guide: str = "normal",
-                 first_steps: int = 1000, steps: int = 200, learning_rate: float = 0.05,
-                 num_particles: int = 1, mean_draws: int = 256):
-        if guide not in _AUTOGUIDES:
-            raise ValueError(f"guide must be one of {sorted(_AUTOGUIDES)}, got {guide!r}")
-        if min(first_steps, steps, num_particles, mean_draws) < 1:
-            raise ValueError("first_steps, steps, num_particles and mean_draws must be >= 1")
-        from ..infer.bayes import init_to_interior
-
-        self.latent = latent
-        self.first_steps, self.steps, self.mean_draws = int(first_steps), int(steps), mean_draws
-        self.model = conditioned_on_params(model)
-        self.guide = _AUTOGUIDES[guide](self.model, init_loc_fn=init_to_interior(radius=0.0))
-        self.svi = SVI(self.model, self.guide, numpyro.optim.Adam(learning_rate),
-                       Trace_ELBO(num_particles))
-        self.state = None
-
-    def reset(self) -> None:
-        """Forget the fitted guide (the next call starts a new run)."""
-        self.state = None
-
-    def __call__(self, key: Any, params: dict, args: tuple, kwargs: dict) -> EStepResult:
-        from ..infer.handlers import split_static
-
-        static, treedef, positions, arrays = split_static((args, kwargs))
-        k_init, k_draw = jax.random.split(key)
-        if self.state is None:
-            self.state = self.svi.init(k_init, params, *args, **kwargs)
-            chunks = max(-(-self.first_steps // self.steps), 1)
-        else:
-            chunks = 1
-        parts = []
-        for _ in range(chunks):  # one compiled scan length (``steps``)
-            self.state, losses = _svi_steps(self.svi, static, treedef, positions, self.steps,
-                                            self.state, params, arrays)
-            parts.append(losses)
-        losses = jnp.concatenate(parts)
-        mean = _guide_mean(self.guide, self.latent, self.mean_draws, static, treedef, positions,
-                           k_draw, self.svi.get_params(self.state), params, arrays)
-        losses = np.asarray(losses)
-        tail = max(len(losses) // 4, 1)
-        last, before = losses[-tail:].mean(), losses[-2 * tail:-tail].mean()
-        spread = losses[-tail:].std() + 1e-12
-        return EStepResult(mean, float(-last),
-                           bool(before - last <= spread), self.mean_draws)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _svi_steps(svi: SVI, static: tuple, treedef: Any, positions: tuple, steps: int,
-               state: Any, params: dict, arrays: tuple) -> tuple[Any, Any]:
-    from ..infer.handlers import _join
-
-    args, kwargs = _join(static, treedef, positions, arrays)
-
-    def body(s: Any, _: Any) -> Any:
-        s, loss = svi.update(s, params, *args, **kwargs)
-        return s, loss
-
-    return jax.lax.scan(body, state, None, length=steps)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
-def _guide_mean(guide: Any, latent: str, draws: int, static: tuple, treedef: Any,
-                positions: tuple, key: Any, svi_params: dict, params: dict,
-                arrays: tuple) -> Any:
-    from ..infer.handlers import _join
-
-    args, kwargs = _join(static, treedef, positions, arrays)
-    out = guide.sample_posterior(key, svi_params, params, *args, sample_shape=(draws,), **kwargs)
-    return jnp.mean(out[latent], axis=0)
-
-
-# ------------------------------------------------------------------------------------------------
 # the estimator
 # ------------------------------------------------------------------------------------------------
 def initial_theta(measurements: Sequence[Measurement], network: MarkovNetwork,
@@ -326,8 +142,6 @@ def initial_theta(measurements: Sequence[Measurement], network: MarkovNetwork,
     """``θ₀`` for EM: ``"naive"`` (naive MLE, default L2 rule), ``"zeros"`` or given."""
     if isinstance(init, str):
         if init == "naive":
-            from .naive import naive_mle
-
             return naive_mle(measurements, network, total_count).model.theta, "naive"
         if init == "zeros":
             return jnp.zeros(network.num_params), "zeros"
@@ -344,8 +158,6 @@ def run_em_estimator(
     estep_options: dict,
 ) -> Result:
     """Shared body of :func:`variational_em` and :func:`~numpyro_dpgm.estimation.mcem.mcem`."""
-    from ..infer.em import EM
-
     start = time.perf_counter()
     if not isinstance(network, MarkovNetwork):
         raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
@@ -405,7 +217,7 @@ def variational_em(
         ``θ₀``: naive MLE with its default L2 rule, uniform, or given log-potentials.
     key : JAX PRNG key, optional
     guide, first_steps, steps, learning_rate, num_particles, mean_draws :
-        :class:`VariationalEStep` options.
+        :class:`~numpyro_dpgm.infer.estep.VariationalEStep` options.
     tol : float
         Stop when the model's clique marginals move by less than ``tol`` (L1, per clique).
 

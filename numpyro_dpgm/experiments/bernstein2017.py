@@ -61,7 +61,14 @@ import numpy as np
 from ..distributions.mrf import MarkovRandomField
 from ..estimation.cgm_em import MeasurementEvidence, em_theta
 from ..estimation.losses import TermData
-from ..estimation.naive import DEFAULT_L2_FLOOR, default_l2, fit_mle, naive_mle, naive_theta
+from ..estimation.naive import (
+    DEFAULT_L2_FLOOR,
+    default_l2,
+    fit_mle,
+    naive_mle,
+    naive_theta,
+    project_tables,
+)
 from ..estimation.psgd import UnreachableEpsilonError, psgd
 from ..inference import junction_tree as jt
 from ..inference.nlbp import nlbp_map
@@ -426,7 +433,7 @@ def _tied_em(net, tie, meas, total, w0):
     """Seed 002's Algorithm 2 for the tied chain: NLBP E-step on the chain's 24 tables at
     ``θ = w[tie]``, then the tied M-step ``argmax_w w·Jᵀn̂ − N·A(w[tie])`` by L-BFGS.
 
-    (:func:`~numpyro_dpgm.estimation.cgm_em.m_step` has no tying, and the NumPyro
+    (:func:`~numpyro_dpgm.infer.mstep.m_step` has no tying, and the NumPyro
     :class:`~numpyro_dpgm.infer.em.EM` needs an integer ``N``, which the ``1/K`` weights break.)
     """
     evidence, data = MeasurementEvidence.build(net, meas)
@@ -510,8 +517,6 @@ def _mobility(sizes: Sequence[int], epsilons: Sequence[float], populations: int,
 
 @functools.partial(jax.jit, static_argnums=0)
 def _project(net: MarkovNetwork, y: Array, total: Array) -> Array:
-    from ..estimation.naive import project_tables
-
     return project_tables(net, y, total)
 
 

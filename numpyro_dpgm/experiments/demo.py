@@ -21,6 +21,9 @@ import numpy as np
 
 from ..data import Dataset, count, load_demo
 from ..domain import Clique
+from ..estimation.cgm_em import cgm_em
+from ..estimation.naive import naive_mle
+from ..estimation.prox_pgm import prox_pgm
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from ..privacy import PrivacyLedger, PureDP, release, simulate_release
@@ -77,10 +80,6 @@ def run_demo(
         ``None`` releases with OpenDP's vetted sampler (a real release); an integer uses the
         seeded JAX sampler instead (a reproducible simulation).
     """
-    from ..estimation.cgm_em import cgm_em
-    from ..estimation.naive import naive_mle
-    from ..estimation.prox_pgm import prox_pgm
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data: Dataset = load_demo("adult")

@@ -50,6 +50,7 @@ import numpy as np
 from ..data import count, load_demo
 from ..domain import Domain
 from ..estimation.prox_pgm import ExactOracle, prox_pgm
+from ..inference import junction_tree as jt
 from ..inference.gbp import ConvexGBPOracle
 from ..inference.region_graph import build_region_graph
 from ..measurements import Gaussian, Laplace, Measurement
@@ -202,7 +203,7 @@ def _scalability(cfg: dict, verbose: bool, log: Path | None = None) -> list[dict
             if name not in cfg["oracles"]:
                 continue
             if name == "exact":
-                cells = float(net.junction_tree_for("min_size").num_cells)
+                cells = float(jt.build_junction_tree(net, "min_size").num_cells)
             else:
                 cells = float(build_region_graph(net, "saturated", "convex", True).num_cells)
             row = {"m": m, "oracle": name, "cells": cells, "state_mb": cells * 8 / 2**20,

@@ -5,8 +5,9 @@ model carry meaningful dims: ``cell`` (one coordinate per cell of the network's 
 ``"a=0,b=1"``, which names the clique's attributes; :func:`clique_tables` reshapes a ``cell``
 variable into one table per clique with one dim per attribute), ``param`` (the reference-coded
 parameters, ``"a=1,b=2"``) and ``answer`` (the released answers). :func:`convergence_report`
-tabulates split R-hat and bulk/tail ESS (ArviZ's rank-normalised estimators) and
-:func:`demo_convergence` runs them on a small simulated release.
+tabulates split R-hat and bulk/tail ESS (ArviZ's rank-normalised estimators);
+:func:`numpyro_dpgm.experiments.convergence.demo_convergence` runs them on a small simulated
+release.
 """
 
 from __future__ import annotations
@@ -27,19 +28,13 @@ from .bayes import (
     NoisyMarginalsModel,
     SVIFit,
     cell_labels,
-    noisy_marginals_model,
     reference_coding,
-    run_nuts,
 )
 
 __all__ = [
     "ConvergenceReport",
-    "DemoRelease",
-    "DemoRun",
     "clique_tables",
     "convergence_report",
-    "demo_convergence",
-    "demo_release",
     "marginal_summary",
     "posterior_marginals",
     "posterior_predictive",
@@ -422,74 +417,3 @@ def convergence_report(tree: Any, var_names: Sequence[str] | None = None) -> Con
         num_chains=int(post.sizes["chain"]),
         num_draws=int(post.sizes["draw"]),
     )
-
-
-# ------------------------------------------------------------------------------------------------
-# demo
-# ------------------------------------------------------------------------------------------------
-class DemoRelease(NamedTuple):
-    """A small simulated release: the network, the true log-potentials, the true counts and
-    the Laplace measurements of every clique table."""
-
-    network: MarkovNetwork
-    theta: Array
-    counts: Array
-    measurements: list
-    total_count: int
-
-
-def demo_release(
-    seed: int = 0, total_count: int = 200, epsilon: float = 1.0,
-) -> DemoRelease:
-    """Simulate a release on a 3-attribute chain ``a(2) – b(3) – c(2)``.
-
-    ``θ`` is drawn from the reference-coded prior with scale 1 (seeded), ``N`` records are drawn
-    from ``p_θ``, and both clique tables are released with the Laplace mechanism at ``ε``
-    (add/remove neighbours, JAX sampler: a simulation).
-    """
-    from ..distributions.mrf import MarkovRandomField
-    from ..privacy import simulate_release
-
-    net = MarkovNetwork({"a": 2, "b": 3, "c": 2}, [("a", "b"), ("b", "c")])
-    coding = reference_coding(net)
-    k_theta, k_rec, k_noise = jax.random.split(jax.random.key(seed), 3)
-    theta = coding.to_theta(jax.random.normal(k_theta, (coding.dim,)))
-    records = np.asarray(MarkovRandomField(net, theta).sample(k_rec, (total_count,)))
-    counts = net.features(records)
-    measurements = simulate_release(records, net, epsilon, k_noise, domain=net.domain)
-    return DemoRelease(net, theta, counts, measurements, total_count)
-
-
-class DemoRun(NamedTuple):
-    """Output of :func:`demo_convergence`."""
-
-    report: ConvergenceReport
-    tree: Any
-    mcmc: MCMC
-    model: NoisyMarginalsModel
-    release: DemoRelease
-
-
-def demo_convergence(
-    seed: int = 0,
-    *,
-    num_chains: int = 4,
-    num_warmup: int = 500,
-    num_samples: int = 1000,
-    chain_method: str = "sequential",
-) -> DemoRun:
-    """NUTS on :func:`demo_release`'s model (θ inferred, prior scale 2), with R-hat and ESS.
-
-    Returns
-    -------
-    DemoRun
-        ``report`` (:class:`ConvergenceReport`), ``tree`` (from :func:`to_inference_data`, with
-        posterior predictive draws), the ``mcmc`` run, the ``model`` and the ``release``.
-    """
-    release = demo_release(seed)
-    model = noisy_marginals_model(release.network, release.measurements, release.total_count,
-                                  prior_scale=2.0)
-    mcmc = run_nuts(model, jax.random.key(seed + 1), num_chains=num_chains,
-                    num_warmup=num_warmup, num_samples=num_samples, chain_method=chain_method)
-    tree = to_inference_data(mcmc, model, key=jax.random.key(seed + 2))
-    return DemoRun(convergence_report(tree), tree, mcmc, model, release)

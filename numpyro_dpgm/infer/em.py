@@ -16,7 +16,9 @@ from numpyro.distributions import biject_to, constraints
 from ..distributions.cgm import CollectiveGraphicalModel
 from ..distributions.mrf import MarkovRandomField
 from ..inference import junction_tree as jt
+from .estep import estep_engine
 from .handlers import _join, nlbp, split_static
+from .mstep import m_step
 
 __all__ = ["EM", "EMResult"]
 
@@ -59,14 +61,14 @@ class EM:
     E-step (``estep="nlbp"``, default): the :class:`~numpyro_dpgm.infer.handlers.nlbp` handler
     replaces the latent site by the approximate MAP of ``p(n | y; θ_t)``. ``estep="variational"``
     puts the mean ``E_q[n]`` of a guide fitted by SVI there instead
-    (:class:`~numpyro_dpgm.estimation.variational_em.VariationalEStep`), ``estep="mcmc"`` the
+    (:class:`~numpyro_dpgm.infer.estep.VariationalEStep`), ``estep="mcmc"`` the
     mean of NUTS draws of ``n`` given ``θ_t`` (Monte-Carlo EM,
-    :class:`~numpyro_dpgm.estimation.mcem.MCMCEStep`); both need a relaxed CGM site and run
+    :class:`~numpyro_dpgm.infer.estep.MCMCEStep`); both need a relaxed CGM site and run
     with the params fixed, warm-started from the previous E-step. M-step: maximise the
     complete-data log-likelihood
     ``θ·n̂ − N·A(θ)`` (plus the observed sites' log densities) over the ``numpyro.param`` sites.
     When the CGM's ``theta`` is itself a param site, the maximiser is moment matching: NLBP's
-    ``η̂`` in natural space (no optimisation), or :func:`~numpyro_dpgm.estimation.cgm_em.m_step`
+    ``η̂`` in natural space (no optimisation), or :func:`~numpyro_dpgm.infer.mstep.m_step`
     on the mean of the other E-steps; otherwise (e.g. tied parameters,
     ``theta = f(params)``) L-BFGS from ``optax`` solves it in the params' unconstrained space.
 
@@ -181,8 +183,6 @@ class EM:
             raise ValueError(f"estep={self.estep!r} needs a relaxed CGM site "
                              "(CollectiveGraphicalModel(..., relaxed=True))")
         if self._engine is None:
-            from ..estimation.variational_em import estep_engine
-
             self._engine = estep_engine(self.estep, self.model, self.latent, self.estep_options,
                                         support=tr[self.latent]["fn"].support)
         full = {k: s["value"] for k, s in tr.items() if s["type"] == "param"}
@@ -294,8 +294,6 @@ class EM:
             if self.estep == "nlbp" and natural and theta_name is not None:
                 params = dict(params, **{theta_name: res.eta})
             elif self.estep != "nlbp" and theta_name is not None:
-                from ..estimation.cgm_em import m_step
-
                 params = dict(params, **{theta_name: m_step(fn.network, n_hat,
                                                              params[theta_name])})
             else:

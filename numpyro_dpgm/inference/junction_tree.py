@@ -331,7 +331,6 @@ def _elimination_cliques_min_fill(graph: nx.Graph) -> list[frozenset[str]]:
     return list(decomposition.nodes)
 
 
-@functools.lru_cache(maxsize=256)
 def build_junction_tree(network: MarkovNetwork, method: str = "min_fill") -> JunctionTree:
     """Triangulate ``network`` and join its maximal cliques into a junction tree (cached).
 
@@ -340,7 +339,17 @@ def build_junction_tree(network: MarkovNetwork, method: str = "min_fill") -> Jun
     network : MarkovNetwork
     method : {"min_fill", "min_size"}
         Elimination heuristic: networkx's min-fill-in, or the greedy smallest-new-clique order.
+
+    Returns
+    -------
+    JunctionTree
+        The same object for equal networks and the same ``method``.
     """
+    return _build_junction_tree(network, method)
+
+
+@functools.lru_cache(maxsize=256)
+def _build_junction_tree(network: MarkovNetwork, method: str) -> JunctionTree:
     domain = network.domain
     graph = network.graph
     if method == "min_fill":
@@ -782,7 +791,7 @@ def _network_marginals(
     own.
     """
     theta = _as_vector(network, theta)
-    tree = network.junction_tree_for(method)
+    tree = build_junction_tree(network, method)
     upward = _upward(tree, clique_log_potentials(tree, network, theta))
     _, known = _downward(tree, upward, _network_requests(tree, network), total)
     up = [None if p < 0 else jnp.reshape(m, tree.domain.shape_of(tree.separators[i]))
@@ -824,7 +833,7 @@ def _unpack_messages(
 def _tree_marginals(network: MarkovNetwork, theta: Array, method: str) -> TreeMarginals:
     """The calibrated junction tree of ``network`` (the program behind :func:`marginal`)."""
     theta = _as_vector(network, theta)
-    tree = network.junction_tree_for(method)
+    tree = build_junction_tree(network, method)
     return calibrate_marginals(tree, clique_log_potentials(tree, network, theta))
 
 
@@ -857,7 +866,7 @@ class _Plan(NamedTuple):
 
 @functools.lru_cache(maxsize=256)
 def _plan(network: MarkovNetwork, method: str) -> _Plan:
-    tree = network.junction_tree_for(method)
+    tree = build_junction_tree(network, method)
     size = tree.domain.size
     home: list[list[Clique]] = [[] for _ in tree.cliques]
     for c in network.cliques:
@@ -948,7 +957,7 @@ def _factored_upward(network: MarkovNetwork, theta: Array, method: str) -> _Fact
     (:func:`_merge_factors`), exponentiates each shifted by its maximum, and contracts them
     down to its separator (the shifts add up to the message's log-scale).
     """
-    tree = network.junction_tree_for(method)
+    tree = build_junction_tree(network, method)
     check_memory(tree)
     plan = _plan(network, method)
     domain = tree.domain
@@ -1011,7 +1020,7 @@ def _factored_network_marginals(
     serves the marginals asked of it by contracting its factors with ``μ_{S_i} / sums_i``.
     """
     theta = _as_vector(network, theta)
-    tree = network.junction_tree_for(method)
+    tree = build_junction_tree(network, method)
     plan = _plan(network, method)
     domain = tree.domain
     upward = _factored_upward(network, theta, method)
@@ -1072,7 +1081,7 @@ def _factored_log_partition(
 def _log_partition(network: MarkovNetwork, theta: Array, method: str) -> Array:
     """``log Z`` by the log-space upward pass alone."""
     theta = _as_vector(network, theta)
-    tree = network.junction_tree_for(method)
+    tree = build_junction_tree(network, method)
     return _upward(tree, clique_log_potentials(tree, network, theta)).log_z
 
 
@@ -1110,7 +1119,7 @@ def log_partition(network: MarkovNetwork, theta: Array, method: str = "min_fill"
     CliqueTooLargeError
         If a junction-tree clique exceeds the memory cap (module notes).
     """
-    check_memory(network.junction_tree_for(method))
+    check_memory(build_junction_tree(network, method))
     if not any(_plan(network, method).factored):
         return _log_partition(network, theta, method)
     if _is_traced(theta):
@@ -1148,7 +1157,7 @@ def marginals(
     the rare case it fails the log-space program runs (compiled then); under ``jit``, ``vmap``
     or ``grad`` both are traced and ``lax.cond`` picks one (under ``vmap`` both run).
     """
-    check_memory(network.junction_tree_for(method))
+    check_memory(build_junction_tree(network, method))
     tables, _ = _network_program(network, theta, _as_total(total), method)
     # the tables come from the network's own layout: skip CliqueTables' input checks
     return CliqueTables.tree_unflatten(network.cliques, tables)
@@ -1186,7 +1195,7 @@ def marginal(
     :func:`query_marginal` answers.
     """
     attrs = network.domain.check_clique(attrs)
-    tree = network.junction_tree_for(method)
+    tree = build_junction_tree(network, method)
     check_memory(tree)
     if _is_traced(theta):
         return query_marginal(tree, _tree_marginals(network, theta, method), attrs)
@@ -1221,7 +1230,7 @@ def _host_query(
     merged, exponentiated shifted by their maxima (constants cancel in the ratio) and
     contracted in NumPy. Returns ``None`` when the normaliser comes below the underflow guard.
     """
-    tree = network.junction_tree_for(method)
+    tree = build_junction_tree(network, method)
     plan = _plan(network, method)
     domain = tree.domain
     up, sep_marginals = _unpack_messages(tree, messages)
@@ -1274,7 +1283,7 @@ def sample(
         Codes in domain order.
     """
     theta = _as_vector(network, theta)
-    tree = network.junction_tree_for(method)
+    tree = build_junction_tree(network, method)
     upward = _upward(tree, clique_log_potentials(tree, network, theta))
     domain = tree.domain
     out: list[Array | None] = [None] * len(domain)

@@ -31,16 +31,17 @@ from scipy.special import gammaln, logsumexp
 from numpyro_dpgm import MarkovNetwork
 from numpyro_dpgm.distributions import CollectiveGraphicalModel
 from numpyro_dpgm.distributions.constraints import triangulated
-from numpyro_dpgm.estimation.mcem import MCMCEStep, draw_schedule, mcem
+from numpyro_dpgm.estimation.mcem import mcem
 from numpyro_dpgm.estimation.posterior_mean import posterior_mean
 from numpyro_dpgm.estimation.variational_em import (
-    VariationalEStep,
     latent_counts_model,
     model_arguments,
     variational_em,
 )
 from numpyro_dpgm.infer import EM
+from numpyro_dpgm.infer import estep as estep_module
 from numpyro_dpgm.infer.bayes import reference_coding
+from numpyro_dpgm.infer.estep import MCMCEStep, VariationalEStep, draw_schedule
 from numpyro_dpgm.measurements import Laplace, Measurement
 from numpyro_dpgm.tables import project_table
 
@@ -161,10 +162,6 @@ def test_variational_em_on_releases_of_another_total_count():
     """Releases of one structure share a cached model; the guide must follow each release's
     ``N`` (an autoguide fixes its transforms, hence ``N``, when first set up): the E-step
     mean sums to the release's own ``N`` and the fit equals one from a fresh cache."""
-    import importlib
-
-    vem_module = importlib.import_module("numpyro_dpgm.estimation.variational_em")
-
     def release(total: int) -> list[Measurement]:
         table = np.array([0.4, 0.25, 0.2, 0.15]) * total
         return [Measurement(("a", "b"), table + np.array([1.0, -2.0, 0.5, 0.5]),
@@ -178,7 +175,7 @@ def test_variational_em_on_releases_of_another_total_count():
     for clique in latent.cliques:  # every table of E_q[n] sums to this release's N
         total = jnp.sum(warm.extras["n_hat"][latent.slice_of(clique)])
         assert float(total) == pytest.approx(200.0, rel=1e-9)
-    vem_module._ENGINES.clear()
+    estep_module._ENGINES.clear()
     fresh = variational_em(release(200), NET_SMALL, 200, **opts)
     np.testing.assert_allclose(np.asarray(warm.model.theta), np.asarray(fresh.model.theta),
                                atol=1e-8)

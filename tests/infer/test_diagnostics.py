@@ -11,12 +11,11 @@ from scipy.special import logsumexp
 from scipy.stats import laplace
 
 from numpyro_dpgm import MarkovNetwork
+from numpyro_dpgm.experiments.convergence import demo_convergence, demo_release
 from numpyro_dpgm.infer.bayes import cell_labels, noisy_marginals_model, run_svi
 from numpyro_dpgm.infer.diagnostics import (
     clique_tables,
     convergence_report,
-    demo_convergence,
-    demo_release,
     marginal_summary,
     posterior_marginals,
     to_inference_data,

@@ -35,7 +35,7 @@ def test_tree_structure(name: str, method: str) -> None:
     """Valid clique tree: covers the network, running intersection, consistent bookkeeping."""
     ref = reference(name)
     net = ref.network
-    tree = net.junction_tree_for(method)
+    tree = jt.build_junction_tree(net, method)
     domain = net.domain
     sets = [set(c) for c in tree.cliques]
 
@@ -92,13 +92,13 @@ def test_tree_structure(name: str, method: str) -> None:
 def test_structure_is_cached(method: str) -> None:
     """The tree is built once per network (and per equal network)."""
     net = reference("grid3x3").network
-    first = net.junction_tree_for(method)
-    assert net.junction_tree_for(method) is first
+    first = jt.build_junction_tree(net, method)
+    assert jt.build_junction_tree(net, method) is first
     again = MarkovNetwork(dict(net.domain), list(net.cliques))
-    assert again is not net and again.junction_tree_for(method) is first
+    assert again is not net and jt.build_junction_tree(again, method) is first
     assert jt.build_junction_tree(net, method) is first
     if method == "min_fill":
-        assert net.junction_tree is first
+        assert jt.build_junction_tree(net) is first
 
 
 def test_running_intersection_detects_a_broken_tree() -> None:
@@ -125,7 +125,7 @@ def test_min_size_minimises_the_new_clique_on_a_cycle() -> None:
     """
     net = MarkovNetwork({"a": 50, "b": 2, "c": 2, "d": 2},
                         [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")])
-    tree = net.junction_tree_for("min_size")
+    tree = jt.build_junction_tree(net, "min_size")
     assert {frozenset(c) for c in tree.cliques} == {frozenset("bcd"), frozenset("abd")}
     assert tree.num_cells == 208
 
@@ -142,7 +142,7 @@ def test_exact_against_brute_force(name: str, method: str) -> None:
     float64 range on models with three or more cliques: only log-space arithmetic is exact.
     """
     net = reference(name).network
-    tree = net.junction_tree_for(method)
+    tree = jt.build_junction_tree(net, method)
     biggest = max(tree.cliques, key=lambda c: (len(c), net.domain.size(c)))
     queries = list(reference(name).structure.queries) + [biggest[::-1]]
     for scale in (1.0, 30.0, 300.0):
@@ -165,7 +165,7 @@ def test_out_of_model_queries_are_out_of_the_tree() -> None:
     for name in ("grid3x3", "cycle5", "disconnected", "attr_in_no_clique", "chain6"):
         ref = reference(name)
         for method in METHODS:
-            tree = ref.network.junction_tree_for(method)
+            tree = jt.build_junction_tree(ref.network, method)
             assert any(tree.containing(q) is None for q in ref.structure.queries), name
 
 
@@ -296,7 +296,7 @@ def test_memory_cap_refuses_large_cliques(monkeypatch) -> None:
     # a 4-cycle of 1000-value attributes: triangulation makes cliques of 10^9 cells (8 GB)
     domain = Domain({a: 1000 for a in "abcd"})
     big = MarkovNetwork(domain, [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")])
-    tree = big.junction_tree  # building (and measuring) a tree is never refused
+    tree = jt.build_junction_tree(big)  # building (and measuring) a tree is never refused
     assert max(domain.size(c) for c in tree.cliques) == 10**9
     theta = jnp.zeros(big.num_params)
     for call in (lambda: jt.log_partition(big, theta), lambda: jt.marginals(big, theta),
@@ -313,10 +313,10 @@ def test_memory_cap_refuses_large_cliques(monkeypatch) -> None:
 
     # the cap is overridable: argument, context, environment (read at each check)
     small = MarkovNetwork(Domain({"a": 4, "b": 5, "c": 6}), [("a", "b"), ("b", "c")])
-    jt.check_memory(small.junction_tree)  # 30 cells: far below the default
+    jt.check_memory(jt.build_junction_tree(small))  # 30 cells: far below the default
     with pytest.raises(jt.CliqueTooLargeError, match=r"30 cells \(240 bytes"):
-        jt.check_memory(small.junction_tree, max_bytes=239)
-    jt.check_memory(small.junction_tree, max_bytes=240)
+        jt.check_memory(jt.build_junction_tree(small), max_bytes=239)
+    jt.check_memory(jt.build_junction_tree(small), max_bytes=240)
     with jt.clique_memory_cap(100):
         assert jt.max_clique_bytes() == 100
         with pytest.raises(jt.CliqueTooLargeError, match="cap of 100 bytes"):
@@ -334,4 +334,4 @@ def test_memory_cap_refuses_large_cliques(monkeypatch) -> None:
             jt.max_clique_bytes()
     for bad in (0, -1, 1.5, True, "x"):
         with pytest.raises(ValueError, match="max_bytes must be a positive integer"):
-            jt.check_memory(small.junction_tree, max_bytes=bad)
+            jt.check_memory(jt.build_junction_tree(small), max_bytes=bad)

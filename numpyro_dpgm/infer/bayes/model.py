@@ -271,7 +271,8 @@ class NoisyMarginalsModel:
         if self.latent_network is self.network:
             return theta
         net, latent = self.network, self.latent_network
-        tree = net.junction_tree_for("min_fill")  # the tree `triangulated` took its cliques from
+        # the tree `triangulated` took its cliques from
+        tree = jt.build_junction_tree(net, "min_fill")
         index = {frozenset(c): i for i, c in enumerate(tree.cliques)}
 
         def fn(t: Array) -> Array:
@@ -292,46 +293,20 @@ class NoisyMarginalsModel:
             out["phi"] = jnp.zeros(self.coding.dim)
         return out
 
-    def em_point(self, **cgm_em_options: Any) -> dict[str, Array]:
-        """An interior starting point from the NLBP-EM estimate.
-
-        With ``θ`` inferred: ``θ̂`` from :func:`numpyro_dpgm.estimation.cgm_em.cgm_em`
-        (options passed through; its naive start, or ``init="zeros"`` when some clique has
-        no measurement of its own), ``φ = from_theta(θ̂)`` and ``n = N·μ(θ̂)``. With ``θ`` fixed:
-        the NLBP MAP of ``n`` at that ``θ``. Both lie strictly inside ``N·M``.
-        """
-        from ...estimation.cgm_em import MeasurementEvidence, cgm_em
-        from ...inference.nlbp import nlbp_map
-
-        net, latent = self.network, self.latent_network
-        if self.theta is None:
-            try:
-                fit = cgm_em(self.measurements, net, self.total_count, **cgm_em_options)
-            except ValueError:
-                if "init" in cgm_em_options:
-                    raise
-                # the naive start needs every clique measured; start EM from uniform instead
-                fit = cgm_em(self.measurements, net, self.total_count, init="zeros",
-                             **cgm_em_options)
-            theta_hat = fit.model.theta
-            eta = self.latent_theta(theta_hat)
-            return {"phi": self.coding.from_theta(theta_hat),
-                    "n": self.total_count * latent.flatten(jt.marginals(latent, eta))}
-        evidence, data = MeasurementEvidence.build(latent, self.measurements)
-        r = nlbp_map(latent, self.latent_theta(self.theta), float(self.total_count), evidence,
-                     (data, 0.0), max_iters=int(cgm_em_options.get("inner_iters", 200)))
-        return {"n": r.n}
-
     def starting_point(self, init: str | Mapping[str, Array]) -> dict[str, Array]:
-        """Resolve ``init`` (``"uniform"``, ``"em"`` or a dict of site values)."""
+        """Resolve ``init`` (``"uniform"`` or a dict of site values).
+
+        The NLBP-EM estimate is a starting point too:
+        :func:`numpyro_dpgm.estimation.cgm_em.em_start` gives its dict of values.
+        """
         if isinstance(init, str):
             if init == "uniform":
                 return self.uniform_point()
-            if init == "em":
-                return self.em_point()
-            raise ValueError(f"init must be 'uniform', 'em' or a dict of values, got {init!r}")
+            hint = (" (the NLBP-EM start is init=em_start(model), numpyro_dpgm.estimation.cgm_em)"
+                    if init == "em" else "")
+            raise ValueError(f"init must be 'uniform' or a dict of values, got {init!r}{hint}")
         if not isinstance(init, Mapping):
-            raise TypeError(f"init must be 'uniform', 'em' or a dict, got {type(init).__name__}")
+            raise TypeError(f"init must be 'uniform' or a dict, got {type(init).__name__}")
         values = dict(self.uniform_point())
         unknown = set(init) - set(values)
         if unknown:

@@ -40,14 +40,15 @@ def run_nuts(
     Parameters
     ----------
     model : NoisyMarginalsModel or callable
-        Any NumPyro model; ``init="em"`` needs a :class:`NoisyMarginalsModel`.
+        Any NumPyro model.
     key : JAX PRNG key
     *model_args, **model_kwargs
         Passed to the model (e.g. ``y=`` for a simulated release).
     num_warmup, num_samples, num_chains : int
-    init : {"uniform", "em"} or mapping site -> value
-        Centre of the starting points: uniform tables and ``φ = 0``; the NLBP-EM estimate
-        (:meth:`NoisyMarginalsModel.em_point`); or given constrained values.
+    init : "uniform" or mapping site -> value
+        Centre of the starting points: uniform tables and ``φ = 0`` (a
+        :class:`NoisyMarginalsModel`'s sites); or given constrained values, such as the NLBP-EM
+        estimate :func:`numpyro_dpgm.estimation.cgm_em.em_start`.
     radius : float
         Jitter of each chain's start in the unconstrained space (:func:`init_to_interior`).
     chain_method : {"sequential", "parallel", "vectorized"}

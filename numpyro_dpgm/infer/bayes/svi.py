@@ -81,7 +81,7 @@ def run_svi(
         Adam steps, step size and Monte-Carlo particles of the ELBO.
     num_samples : int
         Draws returned in :attr:`SVIFit.samples`.
-    init : {"uniform", "em"} or mapping site -> value
+    init : "uniform" or mapping site -> value
         Where the guide's location starts (as in :func:`run_nuts`, without jitter).
     """
     if guide not in _GUIDES:
