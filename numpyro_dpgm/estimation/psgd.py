@@ -29,13 +29,11 @@ from __future__ import annotations
 import functools
 import math
 import time
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
-from dp_accounting import mechanism_calibration
 
 from .._precision import warn_if_float32
 from ..distributions.mrf import MarkovRandomField
@@ -43,6 +41,9 @@ from ..inference import junction_tree as jt
 from ..inference.mle import check_tie
 from ..network import MarkovNetwork
 from .result import Result
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 __all__ = [
     "ACCOUNTANTS",
@@ -72,6 +73,8 @@ class UnreachableEpsilonError(ValueError):
 # accounting
 # ------------------------------------------------------------------------------------------------
 def _accountant(kind: str) -> dp_accounting.PrivacyAccountant:
+    import dp_accounting  # imported on first use: it loads scipy.signal (half a second)
+
     if kind == "rdp":
         return dp_accounting.rdp.RdpAccountant()
     if kind == "pld":
@@ -80,6 +83,8 @@ def _accountant(kind: str) -> dp_accounting.PrivacyAccountant:
 
 
 def _event(noise_multiplier: float, sampling_rate: float, steps: int) -> dp_accounting.DpEvent:
+    import dp_accounting
+
     step = dp_accounting.PoissonSampledDpEvent(
         sampling_rate, dp_accounting.GaussianDpEvent(noise_multiplier))
     return dp_accounting.SelfComposedDpEvent(step, steps)
@@ -139,6 +144,8 @@ def _calibrate(epsilon: float, delta: float, sampling_rate: float, steps: int, a
     floor = min(_SIGMA_FLOOR, max_noise_multiplier)
     if accounted_epsilon(floor, sampling_rate, steps, delta, accountant) <= epsilon:
         return floor
+    from dp_accounting import mechanism_calibration
+
     sigma = mechanism_calibration.calibrate_dp_mechanism(
         lambda: _accountant(accountant),
         lambda s: _event(s, sampling_rate, int(steps)),

@@ -1,0 +1,93 @@
+"""The package namespace is the front door: ``import numpyro_dpgm as dpgm`` gives the names a
+user needs, ``__all__`` lists them (sorted, each one resolving), and importing the package sets
+no global JAX flag."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import numpyro_dpgm as dpgm
+
+#: Names the front door promises (a subset of ``__all__``).
+PROMISED = {
+    # core types and noise specs
+    "Domain", "MarkovNetwork", "Measurement", "Laplace", "Gaussian", "DiscreteLaplace",
+    "DiscreteGaussian", "MarkovRandomField",
+    # releases and accounting
+    "release", "simulate_release", "release_tables", "PureDP", "ZCDP", "ApproxDP",
+    "PrivacyLedger",
+    # estimators
+    "naive_mle", "cgm_em", "prox_pgm", "mcem", "variational_em", "posterior_mean", "mwem_pgm",
+    "psgd", "learn_ising", "learn_pairwise", "learn_twise", "learn_structure", "estimate_total",
+    "Result",
+    # outputs
+    "synthesize", "rubin", "analyse", "save_model", "load_model", "save_measurements",
+    "load_measurements", "save_ledger", "load_ledger",
+}
+
+SUBPACKAGES = ("distributions", "infer", "inference", "estimation", "privacy", "io", "metrics")
+
+
+def test_all_is_sorted_and_without_duplicates() -> None:
+    assert list(dpgm.__all__) == sorted(set(dpgm.__all__))
+
+
+def test_every_name_in_all_resolves() -> None:
+    missing = [name for name in dpgm.__all__ if not hasattr(dpgm, name)]
+    assert not missing, f"__all__ names that do not resolve: {missing}"
+    assert set(dpgm.__all__) <= set(dir(dpgm))
+
+
+def test_promised_names_are_exported() -> None:
+    assert PROMISED - set(dpgm.__all__) == set()
+
+
+@pytest.mark.parametrize("name", SUBPACKAGES)
+def test_subpackages_are_attributes(name: str) -> None:
+    module = getattr(dpgm, name)
+    assert isinstance(module, types.ModuleType)
+    assert module.__name__ == f"numpyro_dpgm.{name}"
+    assert name in dpgm.__all__
+
+
+def test_reexports_are_the_defining_objects() -> None:
+    """The front door re-exports, it does not wrap: each name is its module's own object."""
+    assert dpgm.naive_mle is dpgm.estimation.naive_mle
+    assert dpgm.release is dpgm.privacy.release
+    assert dpgm.PrivacyLedger is dpgm.privacy.PrivacyLedger
+    assert dpgm.MarkovRandomField is dpgm.distributions.MarkovRandomField
+    assert dpgm.estimate_total is dpgm.estimation.estimate_total is dpgm.privacy.estimate_total
+    assert dpgm.Result is dpgm.estimation.Result
+
+
+def test_star_import_gives_all() -> None:
+    namespace: dict = {}
+    exec("from numpyro_dpgm import *", namespace)
+    assert set(dpgm.__all__) <= set(namespace)
+
+
+def test_import_does_not_flip_x64() -> None:
+    """In a fresh interpreter (this one runs with float64 on, see ``conftest``)."""
+    code = ("import jax\n"
+            "before = bool(jax.config.jax_enable_x64)\n"
+            "import numpyro_dpgm\n"
+            "import numpyro_dpgm.estimation, numpyro_dpgm.privacy, numpyro_dpgm.infer\n"
+            "print(before, bool(jax.config.jax_enable_x64))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=_env())
+    assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
+
+
+def _env() -> dict:
+    """The current environment, with the package under test first on the path and the JAX
+    float64 switch left to its default."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_ENABLE_X64",)}
+    root = str(Path(dpgm.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return env
