@@ -342,8 +342,25 @@ def synthesize(
 
     Examples
     --------
-    >>> mcmc = run_nuts(noisy_marginals_model(net, measurements, N), key)     # doctest: +SKIP
-    >>> sets = synthesize(mcmc, None, num_datasets=10, rng=0, categories=enc)  # doctest: +SKIP
+    From a point estimate (e.g. an estimator's ``Result``):
+
+    >>> import jax, numpyro
+    >>> from numpyro_dpgm import MarkovNetwork, MarkovRandomField
+    >>> numpyro.enable_x64()
+    >>> net = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])
+    >>> point = MarkovRandomField(net, jax.numpy.zeros(net.num_params))
+    >>> df = synthesize(point, 100, rng=0, categories={"a": ["no", "yes"]})
+    >>> df.shape, list(df.columns), df["a"].dtype.name
+    ((100, 2), ['a', 'b'], 'category')
+
+    From posterior draws, one data set per draw; here a batch of ten models stands in for
+    ``mcmc = run_nuts(noisy_marginals_model(net, measurements, N), key)``, which is passed the
+    same way (``synthesize(mcmc, None, num_datasets=10, rng=0)``, ``N`` records each):
+
+    >>> draws = MarkovRandomField(net, jax.random.normal(jax.random.key(1), (10, net.num_params)))
+    >>> sets = synthesize(draws, 100, num_datasets=5, rng=0)
+    >>> len(sets), sets[0].shape
+    (5, (100, 2))
     """
     num_datasets = _check_count(num_datasets, "num_datasets")
     key = _key(rng)

@@ -393,7 +393,23 @@ triangulated`, layout :attr:`NoisyMarginalsModel.latent_network`, dims ``("laten
 
     Examples
     --------
-    >>> model = noisy_marginals_model(net, measurements, N)          # doctest: +SKIP
+    >>> import numpy as np, numpyro
+    >>> from numpyro import handlers
+    >>> from numpyro_dpgm import Laplace, MarkovNetwork, Measurement
+    >>> numpyro.enable_x64()
+    >>> net = MarkovNetwork({"a": 2, "b": 2}, [("a", "b")])
+    >>> y = np.array([[30.0, 10.0], [20.0, 40.0]])
+    >>> model = noisy_marginals_model(net, [Measurement(("a", "b"), y, Laplace(2.0))], 100)
+    >>> tr = handlers.trace(handlers.seed(model, 0)).get_trace()
+    >>> [(name, site["type"]) for name, site in tr.items()]  # doctest: +NORMALIZE_WHITESPACE
+    [('phi', 'sample'), ('theta', 'deterministic'), ('mu', 'deterministic'),
+     ('n', 'sample'), ('y', 'sample')]
+    >>> round(float(tr["n"]["value"].sum()), 6)  # relaxed counts of N = 100 records
+    100.0
+
+    Posterior draws by NUTS (compiling it takes seconds, so it is not run here):
+
+    >>> from numpyro_dpgm.infer.bayes import run_nuts                 # doctest: +SKIP
     >>> mcmc = run_nuts(model, jax.random.key(0), num_chains=4)       # doctest: +SKIP
     """
     return NoisyMarginalsModel(network, measurements, total_count, prior_scale=prior_scale,
