@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._cache import LRUCache
 from ..distributions.relaxation import warn_if_leaky
 from ..infer.bayes import noisy_marginals_model, run_nuts
 from ..infer.estep import estep_engine
@@ -41,7 +42,7 @@ __all__ = ["posterior_mean"]
 
 Array = Any
 
-_MODELS: dict = {}
+_MODELS: LRUCache = LRUCache(32)  # the last 32 releases' models (keyed by scales and N too)
 
 
 def _bayes_model(network: MarkovNetwork, measurements: Sequence[Measurement], total_count: int,

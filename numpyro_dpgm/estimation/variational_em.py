@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 
+from .._cache import LRUCache
 from ..distributions.cgm import CollectiveGraphicalModel
 from ..distributions.mrf import MarkovRandomField
 from ..distributions.noise import GaussianNoise, LaplaceNoise
@@ -111,7 +112,7 @@ def latent_counts_model(
     return model
 
 
-_MODELS: dict = {}
+_MODELS: LRUCache = LRUCache(32)  # the last 32 release structures' models
 
 
 def _make_model(readout: Any) -> Callable[..., None]:

@@ -13,6 +13,7 @@ import optax
 from numpyro import handlers
 from numpyro.distributions import biject_to, constraints
 
+from .._cache import LRUCache
 from ..distributions.cgm import CollectiveGraphicalModel
 from ..distributions.mrf import MarkovRandomField
 from ..inference import junction_tree as jt
@@ -22,7 +23,10 @@ from .mstep import m_step
 
 __all__ = ["EM", "EMResult"]
 
-_M_STEPS: dict = {}  # compiled general M-steps, by model and argument structure
+#: Most compiled general M-steps kept (by model and argument structure; least recently used
+#: evicted first).
+MAX_M_STEPS = 16
+_M_STEPS: LRUCache = LRUCache(MAX_M_STEPS)
 
 
 class EMResult(NamedTuple):
@@ -199,7 +203,8 @@ class EM:
         return None
 
     def _cached_m_step(self, key: Any, tr: Any, args: tuple, kwargs: dict) -> Callable:
-        """:meth:`_make_m_step`, compiled once per model and argument structure."""
+        """:meth:`_make_m_step`, compiled once per model and argument structure (the last
+        :data:`MAX_M_STEPS` of them are kept)."""
         static, treedef, positions, arrays = split_static((args, kwargs))
         names = tuple(k for k, s in tr.items() if s["type"] == "param")
         cache_key = (self.model, self.latent, self.lbfgs_iters, self.m_step_prox, names, static,

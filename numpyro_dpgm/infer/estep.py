@@ -23,6 +23,7 @@ from numpyro import handlers
 from numpyro.infer import NUTS, SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 
+from .._cache import LRUCache
 from .bayes import init_to_interior
 from .handlers import _join, split_static
 
@@ -79,7 +80,9 @@ def conditioned_on_params(model: Callable) -> Callable:
 # ------------------------------------------------------------------------------------------------
 # the registry
 # ------------------------------------------------------------------------------------------------
-_ENGINES: dict = {}
+#: Most E-step engines kept (least recently used evicted first): each holds compiled code.
+MAX_ENGINES = 16
+_ENGINES: LRUCache = LRUCache(MAX_ENGINES)
 
 
 def estep_engine(kind: str, model: Callable, latent: str, options: dict,
@@ -88,7 +91,8 @@ def estep_engine(kind: str, model: Callable, latent: str, options: dict,
 
     Engines hold compiled functions keyed by the model, so fitting many releases with one
     cached model (:func:`~numpyro_dpgm.estimation.variational_em.latent_counts_model`)
-    compiles once. A variational engine is also keyed by the latent site's ``support``:
+    compiles once (up to :data:`MAX_ENGINES` engines are kept, the least recently used
+    evicted first). A variational engine is also keyed by the latent site's ``support``:
     NumPyro's autoguides build their transforms from the support seen when the guide is first
     set up, so a release whose support differs (a relaxed CGM of another ``N``) needs a guide
     of its own.
