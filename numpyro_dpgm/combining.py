@@ -32,13 +32,22 @@ keeping ``ν`` as above. Räisä et al. generate ``n_syn = n`` records per data 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import stats
 
-__all__ = ["CombinedEstimate", "analyse", "rubin", "normal_interval"]
+__all__ = ["CombinedEstimate", "CombiningWarning", "analyse", "rubin", "normal_interval"]
+
+#: Degrees of freedom below which a t interval is too wide to mean anything (the 97.5 %
+#: quantile of t is 4.3 at ν = 2, 12.7 at ν = 1 and 1e149 at ν = 0.003).
+MIN_DF = 2.0
+
+
+class CombiningWarning(UserWarning):
+    """The combined variance or its degrees of freedom make the interval unreliable."""
 
 
 class CombinedEstimate(NamedTuple):
@@ -136,10 +145,27 @@ def rubin(
         df = np.where(inflated > 0, (m - 1) * (1 - u_bar / inflated) ** 2, np.inf)
     adjusted = (t_s <= 0) & nonnegative
     variance = np.where(adjusted, size_ratio * u_bar, t_s)
+    _warn_if_unreliable(m, np.atleast_1d(df), np.atleast_1d(t_s), np.atleast_1d(adjusted))
     scalar = q.ndim == 1
     pick = (lambda v: v.item() if np.ndim(v) == 0 else v) if scalar else (lambda v: v)
     return CombinedEstimate(pick(q_bar), pick(variance), pick(df), pick(b), pick(u_bar), m,
                             pick(adjusted))
+
+
+def _warn_if_unreliable(m: int, df: np.ndarray, t_s: np.ndarray, adjusted: np.ndarray) -> None:
+    """A :class:`CombiningWarning` where an interval from these figures would mislead."""
+    few = np.isfinite(df) & (df < MIN_DF)
+    if np.any(few):
+        warnings.warn(
+            f"{int(few.sum())} of {df.size} combined estimate(s) have ν < {MIN_DF:g} degrees of "
+            f"freedom (smallest {float(df[few].min()):.3g}): the between-data-set variance b "
+            "barely exceeds the within variance ū, and a t interval is meaninglessly wide; use "
+            f"more synthetic data sets than m = {m}", CombiningWarning, stacklevel=3)
+    if np.any(adjusted):
+        warnings.warn(
+            f"{int(adjusted.sum())} of {t_s.size} combined estimate(s) have T_s ≤ 0 and use "
+            "(n_syn / n)·ū instead (Reiter 2002), which leaves out the synthesis uncertainty; "
+            f"use more synthetic data sets than m = {m}", CombiningWarning, stacklevel=3)
 
 
 def normal_interval(estimate: Any, variance: Any, level: float = 0.95) -> tuple[Any, Any]:
@@ -165,7 +191,10 @@ def analyse(
         The user's analysis; the estimate is a number or a vector (e.g. regression
         coefficients, with their squared standard errors as variances).
     **rubin_options
-        ``nonnegative``, ``size_ratio``.
+        ``nonnegative``, ``size_ratio``. Without ``size_ratio``, data sets that carry the
+        release's number of records (``df.attrs["total_count"]``, set by
+        :func:`~numpyro_dpgm.synthesis.synthesize` from a posterior) give
+        ``size_ratio = len(df) / total_count``.
 
     Examples
     --------
@@ -183,6 +212,11 @@ def analyse(
     >>> [round(float(v), 3) for v in fit.conf_int(0.9)]
     [0.214, 0.781]
     """
+    datasets = list(datasets)
+    if "size_ratio" not in rubin_options:
+        ratio = _size_ratio(datasets)
+        if ratio is not None:
+            rubin_options = dict(rubin_options, size_ratio=ratio)
     results = [fn(d) for d in datasets]
     for i, r in enumerate(results):
         if not (isinstance(r, tuple) and len(r) == 2):
@@ -192,3 +226,17 @@ def analyse(
     q = np.asarray([np.asarray(r[0], float) for r in results])
     u = np.asarray([np.asarray(r[1], float) for r in results])
     return rubin(q, u, **rubin_options)
+
+
+def _size_ratio(datasets: list[Any]) -> float | None:
+    """``n_syn / N`` from data sets that carry ``attrs["total_count"]`` (all of them, one ratio),
+    else ``None``."""
+    ratios = set()
+    for d in datasets:
+        total = getattr(d, "attrs", {}).get("total_count")
+        if total is None or not hasattr(d, "__len__"):
+            return None
+        ratios.add(len(d) / float(total))
+    if len(ratios) != 1:
+        return None
+    return ratios.pop()

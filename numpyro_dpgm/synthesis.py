@@ -250,13 +250,16 @@ def _columns(columns: Sequence[str] | None, network: MarkovNetwork) -> list[str]
 
 
 def _frame(codes: np.ndarray, network: MarkovNetwork, cats: dict[str, list],
-           columns: list[str]) -> pd.DataFrame:
+           columns: list[str], total: Any = None) -> pd.DataFrame:
     domain = network.domain
     data = {}
     for a in columns:
         col = codes[:, domain.index(a)].astype(np.int64)
         data[a] = pd.Categorical.from_codes(col, categories=cats[a]) if a in cats else col
-    return pd.DataFrame(data, columns=columns)
+    frame = pd.DataFrame(data, columns=columns)
+    if total is not None:
+        frame.attrs["total_count"] = float(total)
+    return frame
 
 
 def _check_count(value: Any, name: str) -> int:
@@ -275,7 +278,7 @@ def _key(rng: Any) -> jax.Array:
 
 
 def _default_num_records(source: Any) -> int:
-    total = getattr(_model_of(source), "total_count", None)
+    total = getattr(_model_of(source), "total_count", None)  # N of a NoisyMarginalsModel
     if total is None:
         raise TypeError(
             "pass num_records=: the source does not say how many records the data had"
@@ -338,7 +341,10 @@ def synthesize(
     -------
     pandas.DataFrame or list of DataFrame
         A point estimate with ``num_datasets=1``: one DataFrame. Otherwise a list of
-        ``num_datasets`` DataFrames, in draw order.
+        ``num_datasets`` DataFrames, in draw order. Where the source knows the release's number
+        of records ``N`` (a posterior of a :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel`),
+        each DataFrame carries it as ``df.attrs["total_count"]``, from which
+        :func:`~numpyro_dpgm.combining.analyse` takes the size ratio ``n_syn / N``.
 
     Examples
     --------
@@ -377,6 +383,7 @@ def synthesize(
         mrf, point = source, False
     else:
         mrf, point = posterior_models(source, network, site), False
+    total = getattr(_model_of(source), "total_count", None)  # N of the release, where known
     if num_records is None:
         num_records = _default_num_records(source)
     num_records = _check_count(num_records, "num_records")
@@ -395,7 +402,7 @@ def synthesize(
     if point:
         x = mrf.sample(key, (num_records, num_datasets))  # (n, m, d)
         x = np.moveaxis(np.asarray(x), 1, 0)
-        frames = [_frame(x[j], net, cats, cols) for j in range(num_datasets)]
+        frames = [_frame(x[j], net, cats, cols, total) for j in range(num_datasets)]
         return frames[0] if num_datasets == 1 else frames
     num_draws = mrf.batch_shape[0]
     if num_datasets > num_draws:
@@ -406,4 +413,4 @@ def synthesize(
     index = np.round(np.linspace(0, num_draws - 1, num_datasets)).astype(int)
     chosen = MarkovRandomField(net, mrf.theta[index], method=mrf.method)
     x = np.asarray(chosen.sample(key, (num_records,)))  # (n, m, d)
-    return [_frame(x[:, j], net, cats, cols) for j in range(num_datasets)]
+    return [_frame(x[:, j], net, cats, cols, total) for j in range(num_datasets)]

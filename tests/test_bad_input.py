@@ -467,3 +467,101 @@ def test_cli_bad_input_gives_a_one_line_error(cli_files: Any, argv: Callable, me
     assert (cli_files / "taken.csv").read_text() == "keep me"
     assert (cli_files / "demo" / "summary.json").read_text() == "keep me"
     assert not (cli_files / "m.json").exists() and not (cli_files / "l.json").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# no quiet wrong answers: observations, records by name, combining rules
+# ------------------------------------------------------------------------------------------------
+QUIET_NET = MarkovNetwork({"a": 2, "b": 3, "c": 2}, [("a", "b"), ("b", "c")])
+
+
+def _em_model(y: Any, total: float, scale: float) -> None:
+    import numpyro
+
+    theta = numpyro.param("theta", jnp.zeros(QUIET_NET.num_params))
+    n = numpyro.sample("n", CollectiveGraphicalModel(QUIET_NET, theta, total_count=total))
+    numpyro.sample("y", LaplaceNoise(n, scale), obs=y)
+
+
+def _em_run(y: Any) -> Any:
+    from numpyro_dpgm.infer import EM
+
+    return EM(_em_model, latent="n", max_iters=2).run(jax.random.key(0), y, 100.0, 1.0)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (np.where(np.arange(12) == 3, np.nan, 8.0), r"1 NaN or infinite value\(s\), the first at "
+                                                 r"index \(3,\)"),
+    (np.where(np.arange(12) == 5, np.inf, 8.0), r"index \(5,\)"),
+    (np.full(11, 8.0), r"shape \(11,\); its distribution has shape \(12,\)"),
+], ids=["nan", "inf", "length"])
+def test_em_refuses_observations_that_would_give_a_quiet_answer(bad: Any, message: str) -> None:
+    # before: NaN gave the uniform model (θ = 0, converged=False) without an error
+    with pytest.raises(ValueError, match=message):
+        _em_run(jnp.asarray(bad))
+
+
+def test_em_accepts_a_pandas_series_as_the_observation() -> None:
+    y = np.full(12, 8.0) + np.arange(12)
+    from_series = _em_run(pd.Series(y))  # before: a JAX tracer error
+    from_array = _em_run(jnp.asarray(y))
+    np.testing.assert_allclose(np.asarray(from_series.params["theta"]),
+                               np.asarray(from_array.params["theta"]), atol=1e-12)
+
+
+def test_log_prob_reads_dataframe_columns_by_name() -> None:
+    mrf = MarkovRandomField(QUIET_NET, jnp.asarray(np.random.default_rng(0).normal(size=12)))
+    df = pd.DataFrame({"a": [0, 1], "b": [2, 0], "c": [1, 1]})
+    want = mrf.log_prob(df[["a", "b", "c"]].to_numpy())
+    # before: a DataFrame in another column order was read by position (−8.46 for −1.61)
+    np.testing.assert_allclose(mrf.log_prob(df[["c", "b", "a"]]), want, atol=1e-12)
+    np.testing.assert_allclose(mrf.log_prob(df.assign(extra=7)), want, atol=1e-12)
+    with pytest.raises(ValueError, match=r"lack column\(s\) \['c'\]"):
+        mrf.log_prob(df[["a", "b"]])
+
+
+def test_rubin_warns_when_the_interval_is_meaningless() -> None:
+    from numpyro_dpgm.combining import CombiningWarning, rubin
+
+    # b barely above ū: ν ≈ 0.3 and a 95 % half-width of hundreds of standard errors
+    with pytest.warns(CombiningWarning, match=r"ν < 2 degrees of freedom \(smallest 0.32\)"):
+        fit = rubin([1.0, 1.5, 2.0], [0.2, 0.2, 0.2])
+    assert fit.df == pytest.approx(0.32)
+    # T_s ≤ 0: the substitute variance leaves out the synthesis uncertainty
+    with pytest.warns(CombiningWarning, match=r"T_s ≤ 0 and use \(n_syn / n\)·ū"):
+        rubin([1.0, 1.001, 0.999], [1.0, 1.0, 1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CombiningWarning)
+        rubin([1.0, 3.0, 5.0, 2.0], [0.01, 0.01, 0.01, 0.01])  # ν ≈ 2.9: no warning
+
+
+def test_analyse_takes_the_size_ratio_from_the_data_sets() -> None:
+    from numpyro_dpgm.combining import CombiningWarning, analyse
+
+    frames = [pd.DataFrame({"x": np.arange(50) % 2}) for _ in range(3)]
+    for frame in frames:
+        frame.attrs["total_count"] = 100.0  # 50 synthetic records of a release of 100
+    frames[1].loc[0, "x"] = 1
+    with pytest.warns(CombiningWarning, match="T_s ≤ 0"):
+        fit = analyse(frames, lambda d: (d["x"].mean(), 0.01))
+    assert bool(fit.adjusted) and fit.variance == pytest.approx(0.5 * 0.01)  # before: 1 · ū
+    with pytest.warns(CombiningWarning):
+        given = analyse(frames, lambda d: (d["x"].mean(), 0.01), size_ratio=1.0)
+    assert given.variance == pytest.approx(0.01)
+
+
+def test_synthesize_marks_data_sets_with_the_release_size() -> None:
+    from numpyro_dpgm import synthesize
+    from numpyro_dpgm.combining import _size_ratio
+    from numpyro_dpgm.infer.bayes import noisy_marginals_model, run_svi
+
+    ms = [Measurement(("a", "b"), np.full(6, 10.0), Laplace(1.0)),
+          Measurement(("b", "c"), np.full(6, 10.0), Laplace(1.0))]
+    fit = run_svi(noisy_marginals_model(QUIET_NET, ms, 60), jax.random.key(0), num_steps=5,
+                  num_samples=4)
+    sets = synthesize(fit, 30, num_datasets=2, rng=0)  # 30 records of a release of N = 60
+    assert [s.attrs["total_count"] for s in sets] == [60.0, 60.0]
+    assert _size_ratio(sets) == pytest.approx(0.5)
+    # a point estimate does not know N: nothing is claimed
+    point = synthesize(MarkovRandomField(QUIET_NET, jnp.zeros(12)), 30, rng=0)
+    assert "total_count" not in point.attrs

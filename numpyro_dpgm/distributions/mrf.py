@@ -116,8 +116,12 @@ class MarkovRandomField(Distribution):
         return jnp.reshape(x, sample_shape + self.batch_shape + (d,))
 
     def log_prob(self, value: Any) -> jax.Array:
-        """``θ·φ(x) − A(θ)`` for records ``x`` of shape ``(..., num_attrs)``."""
-        value = jnp.asarray(value)
+        """``θ·φ(x) − A(θ)`` for records ``x`` of shape ``(..., num_attrs)``.
+
+        An array's last axis is in domain order; a pandas DataFrame's columns are found by name
+        (their order does not matter, extra columns are ignored).
+        """
+        value = jnp.asarray(self._by_name(value))
         num_attrs = len(self.network.domain)
         if value.ndim < 1 or value.shape[-1] != num_attrs:
             raise ValueError(
@@ -141,6 +145,16 @@ class MarkovRandomField(Distribution):
             idx = jnp.broadcast_to(idx, shape + idx.shape[-1:])
             energy = jnp.sum(jnp.take_along_axis(theta, idx, axis=-1), axis=-1)
         return jnp.where(inside, energy - self.log_partition(), -jnp.inf)
+
+    def _by_name(self, value: Any) -> Any:
+        """A DataFrame's columns in domain order (missing ones are an error); else ``value``."""
+        if type(value).__module__.partition(".")[0] != "pandas" or not hasattr(value, "columns"):
+            return value
+        attrs = list(self.network.domain)
+        missing = [a for a in attrs if a not in value.columns]
+        if missing:
+            raise ValueError(f"records lack column(s) {missing} of the domain {attrs}")
+        return value[attrs].to_numpy()
 
     # -- inference -----------------------------------------------------------------------------
     def log_partition(self) -> jax.Array:

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from numpyro import handlers
 from numpyro.distributions import biject_to, constraints
@@ -159,6 +160,44 @@ class EM:
                                  smoothing=smoothing)
 
     # -- E-step ----------------------------------------------------------------------------------
+    def _feasible_trace(self, key: Any, params: dict, args: tuple, kwargs: dict) -> Any:
+        """A trace of the model with the params as given (their initial values where absent)
+        and the latent site at a feasible point: cheap, and runs no E-step."""
+        latent = self.latent
+
+        def value(site: dict) -> Any:
+            if site["name"] == latent:
+                return site["fn"].support.feasible_like(jnp.zeros(site["fn"].shape()))
+            return params.get(site["name"])
+
+        wrapped = handlers.substitute(handlers.seed(self.model, key), substitute_fn=value)
+        tr = handlers.trace(wrapped).get_trace(*args, **kwargs)
+        if latent not in tr:
+            raise ValueError(f"the model has no sample site {latent!r}")
+        return tr
+
+    def _check_observations(self, key: Any, params: dict, args: tuple, kwargs: dict) -> None:
+        """Refuse observed values that would give a quiet wrong answer: NaN or infinite entries
+        (NLBP would return the uniform model) and shapes that do not broadcast against their
+        distribution. The model is traced once with the latent site at a feasible point."""
+        tr = self._feasible_trace(key, params, args, kwargs)
+        for name, site in tr.items():
+            if site["type"] != "sample" or not site["is_observed"]:
+                continue
+            obs = np.asarray(site["value"])
+            expected = tuple(site["fn"].shape())
+            try:
+                np.broadcast_shapes(obs.shape, expected)
+            except ValueError:
+                raise ValueError(f"observed site {name!r} has shape {obs.shape}; its "
+                                 f"distribution has shape {expected}") from None
+            if np.issubdtype(obs.dtype, np.number) and not np.all(np.isfinite(obs)):
+                bad = np.argwhere(~np.isfinite(obs))
+                raise ValueError(
+                    f"observed site {name!r} has {len(bad)} NaN or infinite value(s), the first "
+                    f"at index {tuple(int(i) for i in bad[0])}; drop or re-release those "
+                    "entries before fitting")
+
     def _e_step(self, key: Any, params: dict, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         if self.estep != "nlbp":
             return self._mean_e_step(key, params, args, kwargs)
@@ -172,17 +211,7 @@ class EM:
     def _mean_e_step(self, key: Any, params: dict, args: tuple,
                      kwargs: dict) -> tuple[Any, Any]:
         """Variational or Monte-Carlo E-step: the latent site's value becomes ``E[n]``."""
-        latent = self.latent
-
-        def value(site: dict) -> Any:  # params as given; the latent at a feasible point
-            if site["name"] == latent:
-                return site["fn"].support.feasible_like(jnp.zeros(site["fn"].shape()))
-            return params.get(site["name"])
-
-        wrapped = handlers.substitute(handlers.seed(self.model, key), substitute_fn=value)
-        tr = handlers.trace(wrapped).get_trace(*args, **kwargs)
-        if self.latent not in tr:
-            raise ValueError(f"the model has no sample site {self.latent!r}")
+        tr = self._feasible_trace(key, params, args, kwargs)
         if not getattr(tr[self.latent]["fn"], "relaxed", False):
             raise ValueError(f"estep={self.estep!r} needs a relaxed CGM site "
                              "(CollectiveGraphicalModel(..., relaxed=True))")
@@ -280,6 +309,9 @@ class EM:
         start = time.perf_counter()
         self._engine = None  # a fresh E-step state for every run
         params = dict(init_params or {})
+        args = tuple(_from_pandas(a) for a in args)
+        kwargs = {k: _from_pandas(v) for k, v in kwargs.items()}
+        self._check_observations(rng_key, params, args, kwargs)
         tr, res = self._e_step(rng_key, params, args, kwargs)
         params = {k: s["value"] for k, s in tr.items() if s["type"] == "param"} | params
         changes, objectives = [], []
@@ -328,3 +360,10 @@ class EM:
         data[self.latent] = n
         model = handlers.substitute(handlers.seed(self.model, key), data=data)
         return handlers.trace(model).get_trace(*args, **kwargs)[self.latent]["fn"]
+
+
+def _from_pandas(x: Any) -> Any:
+    """A pandas Series or DataFrame argument as its numpy values (JAX cannot trace pandas)."""
+    if type(x).__module__.partition(".")[0] == "pandas" and hasattr(x, "to_numpy"):
+        return x.to_numpy()
+    return x
