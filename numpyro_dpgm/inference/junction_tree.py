@@ -1298,11 +1298,33 @@ def sample(
         if sep:
             row = jnp.ravel_multi_index(
                 tuple(out[domain.index(a)] for a in sep), domain.shape_of(sep), mode="clip")
-            logits = logits[row]
         else:
-            logits = jnp.broadcast_to(logits[0], (num_samples, logits.shape[1]))
-        cell = jax.random.categorical(keys[i], logits, axis=-1)
+            row = jnp.zeros(num_samples, dtype=jnp.int32)
+        cell = _inverse_cdf(keys[i], logits, row)
         if new:
             for a, v in zip(new, jnp.unravel_index(cell, domain.shape_of(new)), strict=True):
                 out[domain.index(a)] = v
     return jnp.stack(out, axis=-1)
+
+
+def _inverse_cdf(key: Array, logits: Array, row: Array) -> Array:
+    """One draw per record from the categorical ``softmax(logits[row])`` by inverse CDF.
+
+    The rows' CDFs are laid end to end, row ``r`` on ``(r, r + 1]``, so one ``searchsorted`` of
+    ``r + u`` (``u ~ U[0, 1)``) finds every record's cell: memory is linear in the number of
+    records plus the table, never records × cells (gathering each record's row of logits needs
+    ``num_records · |cells|`` numbers: gigabytes for a table of 10⁴ cells and 10⁵ records).
+    A cell of zero probability is never drawn (its CDF equals its predecessor's). In float32
+    the offsets ``r + u`` would lose the CDF's precision, so there each record's row is gathered
+    and drawn with ``jax.random.categorical`` instead.
+    """
+    rows, cells = logits.shape
+    if logits.dtype != jnp.float64:
+        return jax.random.categorical(key, logits[row], axis=-1)
+    prob = jnp.exp(logits - jnp.max(logits, axis=1, keepdims=True))
+    cdf = jnp.cumsum(prob, axis=1)
+    cdf = cdf / cdf[:, -1:]
+    flat = jnp.ravel(jnp.arange(rows, dtype=cdf.dtype)[:, None] + cdf)
+    u = jax.random.uniform(key, row.shape, dtype=cdf.dtype)
+    pos = jnp.searchsorted(flat, row.astype(cdf.dtype) + u, side="right")
+    return jnp.clip(pos - row * cells, 0, cells - 1)

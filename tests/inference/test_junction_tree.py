@@ -335,3 +335,24 @@ def test_memory_cap_refuses_large_cliques(monkeypatch) -> None:
     for bad in (0, -1, 1.5, True, "x"):
         with pytest.raises(ValueError, match="max_bytes must be a positive integer"):
             jt.check_memory(jt.build_junction_tree(small), max_bytes=bad)
+
+
+def test_inverse_cdf_draws_each_rows_categorical_and_never_a_zero_cell() -> None:
+    """The sampler's per-record draw: rows laid end to end, one searchsorted. Row frequencies
+    match the row's probabilities (chi-square at a fixed seed), zero cells are never drawn,
+    and a row of one certain cell always gives it."""
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(6), size=40)
+    probs[:, 2] = 0.0  # a zero cell in every row
+    probs[7] = np.eye(6)[4]  # a certain cell
+    probs /= probs.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        logits = jnp.asarray(np.log(probs))
+    row = jnp.asarray(np.repeat(np.arange(40), 2_000))
+    cell = np.asarray(jt._inverse_cdf(jax.random.key(3), logits, row))
+    assert cell.min() >= 0 and cell.max() <= 5
+    assert not np.any(cell == 2)
+    assert np.all(cell[np.asarray(row) == 7] == 4)
+    joint = probs / 40  # rows drawn equally often: the joint of (row, cell)
+    pairs = np.stack([np.asarray(row), cell], axis=1)
+    assert chi_square_pvalue(pairs, joint, (40, 6)) > 1e-4

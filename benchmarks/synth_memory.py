@@ -1,0 +1,75 @@
+"""Peak memory of drawing synthetic data: m posterior data sets of N records on Adult's tree.
+
+Each configuration runs in a fresh Python process, so its peak resident memory
+(``ru_maxrss``) is that of the draw alone (plus the interpreter, JAX and the model). The model
+is Adult's demo network (``experiments.demo.ADULT_TREE`` plus every one-way marginal, the real
+domain), with a batch of ``m`` log-potential vectors standing in for posterior draws; memory
+depends on the cliques and the number of records, not on the values of ``θ``.
+
+Writes ``synth_memory-<device>.{json,csv}`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DESCRIPTION = "peak memory of synthesize: m posterior data sets of N records on Adult's tree"
+
+CHILD = r"""
+import json, resource, sys, time
+import jax, numpyro
+numpyro.enable_x64()
+from numpyro_dpgm import MarkovNetwork, MarkovRandomField, load_demo, synthesize
+from numpyro_dpgm.experiments.demo import ADULT_TREE
+records, datasets = int(sys.argv[1]), int(sys.argv[2])
+domain = load_demo("adult").domain
+net = MarkovNetwork(domain, list(ADULT_TREE) + [(a,) for a in domain.attrs])
+theta = jax.random.normal(jax.random.key(0), (datasets, net.num_params))
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+sets = synthesize(MarkovRandomField(net, theta), records, num_datasets=datasets, rng=1)
+seconds = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"records": records, "datasets": datasets, "rows": sum(len(s) for s in sets),
+                  "peak_mb": peak / 1024, "before_draw_mb": base / 1024, "seconds": seconds}))
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--records", type=int, nargs="+", default=[48_842, 250_000],
+                        help="records per data set (default: Adult's size and 250,000)")
+    parser.add_argument("--datasets", type=int, default=10, help="data sets m (default 10)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"),
+                        help="folder for the JSON and CSV results")
+
+
+def main(args: argparse.Namespace) -> int:
+    rows = []
+    for records in args.records:
+        load = os.getloadavg()[0]
+        done = subprocess.run([sys.executable, "-c", CHILD, str(records), str(args.datasets)],
+                              capture_output=True, text=True, check=True)
+        row = json.loads(done.stdout.strip().splitlines()[-1]) | {"load_average": load}
+        print(f"N = {records:,}, m = {args.datasets}: peak {row['peak_mb']:.0f} MB "
+              f"({row['before_draw_mb']:.0f} MB before the draw), {row['seconds']:.1f} s, "
+              f"load {load:.1f}")
+        rows.append(row)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / "synth_memory-cpu"
+    meta = {"machine": platform.machine(), "python": platform.python_version(),
+            "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    with stem.with_suffix(".csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"wrote {stem}.json, {stem}.csv")
+    return 0
