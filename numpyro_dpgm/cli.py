@@ -24,6 +24,7 @@ import secrets
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -392,6 +393,9 @@ def release(
     seed: Annotated[int | None, typer.Option(
         help="SIMULATION: draw the noise with the seeded JAX sampler (not for real releases; "
              "default: OpenDP's vetted sampler)")] = None,
+    max_cells: Annotated[float, typer.Option(
+        help="refuse a release with more cells than this, all tables together (before anything "
+             "is counted or spent)")] = 20_000_000,
     force: Force = False,
 ) -> None:
     """Release noisy clique tables of a CSV/Parquet file: writes a measurements file.
@@ -420,17 +424,23 @@ def release(
         else:
             dom, labels = read_domain(domain)
             encoded = encode(frame, dom, categories=labels)
-        if seed is None:
-            meas = private_release(encoded.codes, clique_list, spend, domain=encoded.domain,
-                                   mechanism=mechanism, neighbours=neighbours, ledger=book)
-            sampler = "OpenDP (vetted sampler)"
-        else:
-            import jax
+        with warnings.catch_warnings(record=True) as caught:  # shown once the release is made
+            warnings.simplefilter("always")
+            if seed is None:
+                meas = private_release(encoded.codes, clique_list, spend, domain=encoded.domain,
+                                       mechanism=mechanism, neighbours=neighbours, ledger=book,
+                                       max_cells=max_cells)
+                sampler = "OpenDP (vetted sampler)"
+            else:
+                import jax
 
-            meas = simulate_release(encoded.codes, clique_list, spend, jax.random.key(seed),
-                                    domain=encoded.domain, mechanism=mechanism,
-                                    neighbours=neighbours, ledger=book)
-            sampler = f"SIMULATION: seeded JAX sampler, seed {seed}; not a real release"
+                meas = simulate_release(encoded.codes, clique_list, spend, jax.random.key(seed),
+                                        domain=encoded.domain, mechanism=mechanism,
+                                        neighbours=neighbours, ledger=book, max_cells=max_cells)
+                sampler = f"SIMULATION: seeded JAX sampler, seed {seed}; not a real release"
+        for w in caught:
+            if issubclass(w.category, UserWarning):
+                _warn(str(w.message))
         total = float(len(frame)) if neighbours in ("replace_one", "replace") else None
         save_measurements(out, meas, encoded.domain, categories=_labelled(encoded),
                           total=total, ledger=book)

@@ -501,3 +501,27 @@ def test_demo_default_folder_is_its_own(tmp_path, monkeypatch):
     assert calls == [cli.DEMO_OUT]  # no refusal: the run started in the default folder
     result = runner.invoke(app, ["demo", "--seed", "0", "--out", "outputs/demo"])
     assert result.exit_code == 2 and "give --force" in result.output
+
+
+def test_release_size_is_checked_and_sparse_tables_warned(tmp_path):
+    """A release above --max-cells is a one-line error before anything is spent; a table with
+    more cells than records gives one warning line and the release goes on."""
+    import inspect
+
+    from numpyro_dpgm import cli
+    from numpyro_dpgm.privacy.mechanisms import DEFAULT_MAX_CELLS
+
+    assert inspect.signature(cli.release).parameters["max_cells"].default == DEFAULT_MAX_CELLS
+    out = tmp_path / "m.json"
+    base = ["release", TITANIC, "--domain", TITANIC_DOMAIN, "-o", out, *CLIQUES, "--epsilon", "1",
+            "--seed", "0"]
+    _fails(base + ["--max-cells", "10"], "above max_cells = 10", out)
+    few = pd.read_csv(TITANIC).iloc[:3]
+    few.to_csv(tmp_path / "few.csv", index=False)
+    result = runner.invoke(app, [str(a) for a in ["release", tmp_path / "few.csv", "--domain",
+                                                  TITANIC_DOMAIN, "-o", out, *CLIQUES,
+                                                  "--epsilon", "1", "--seed", "0"]])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert warned and all("cells" in line and "3 records" in line for line in warned)
+    assert out.exists()

@@ -54,6 +54,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple
@@ -83,6 +85,9 @@ from .guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 from .ledger import PrivacyLedger
 
 __all__ = [
+    "DEFAULT_MAX_CELLS",
+    "SparseTableWarning",
+    "check_release_size",
     "MECHANISMS",
     "NEIGHBOURS",
     "Sensitivity",
@@ -105,6 +110,79 @@ _SAMPLERS = ("opendp", "jax")
 
 #: OpenDP's privacy map may differ from the closed form by floating-point rounding only.
 _OPENDP_MAP_TOLERANCE = 1e-9
+
+
+#: Default cap on the cells of one release (all its tables together): 2·10⁷ cells are ~160 MB
+#: of float64 counts, ~0.5 GB of JSON, and an exact fit of a clique that size needs gigabytes.
+DEFAULT_MAX_CELLS = 20_000_000
+
+#: Bytes one released cell costs on the way out, all copies together (its count, the noise, the
+#: noisy value, and ~25 characters of JSON text, written through a string of that size).
+_BYTES_PER_CELL = 64
+
+
+class SparseTableWarning(UserWarning):
+    """A released table has more cells than the data have records: most cells are empty and
+    the noise dominates them; coarsening an attribute usually gives a more useful release."""
+
+
+def check_release_size(cliques: Sequence[Clique], domain: Domain,
+                       num_records: int | None = None,
+                       max_cells: float = DEFAULT_MAX_CELLS) -> int:
+    """Refuse, before any count is made or budget spent, a release too large to make or keep.
+
+    Parameters
+    ----------
+    cliques : sequence of cliques
+    domain : Domain
+    num_records : int, optional
+        Records of the data; a clique with more cells than records gives a
+        :class:`SparseTableWarning`.
+    max_cells : float
+        Cap on the cells of all tables together (default :data:`DEFAULT_MAX_CELLS`).
+
+    Returns
+    -------
+    int
+        The number of released cells.
+
+    Raises
+    ------
+    ValueError
+        Above ``max_cells``, or when the estimated memory (``64`` bytes a cell) exceeds the
+        machine's physical memory; the message gives the figures and the remedy.
+    """
+    if not max_cells > 0:
+        raise ValueError(f"max_cells must be positive, got {max_cells}")
+    sizes = {c: domain.size(c) for c in cliques}
+    total = sum(sizes.values())
+    largest = max(sizes, key=sizes.get) if sizes else None
+    need = total * _BYTES_PER_CELL
+    physical = _physical_memory()
+    if total > max_cells or (physical is not None and need > physical):
+        where = (f"above max_cells = {max_cells:,.0f}" if total > max_cells else
+                 f"more than this machine's {physical / 2**30:.1f} GiB")
+        raise ValueError(
+            f"the release has {total:,} cells (clique {largest} alone {sizes[largest]:,}) and "
+            f"needs ~{need / 2**30:.1f} GiB to count, draw and write, {where}; release smaller "
+            "tables (coarsen an attribute, or split the clique into overlapping smaller ones)"
+            + (", or raise max_cells" if total > max_cells else ""))
+    if num_records is not None:
+        for c, cells in sizes.items():
+            if cells > num_records:
+                warnings.warn(
+                    f"clique {c} has {cells:,} cells, {cells / max(num_records, 1):.3g}× the "
+                    f"{num_records:,} records: most of its cells are empty and the noise "
+                    "dominates them; coarsening an attribute usually gives a more useful "
+                    "release", SparseTableWarning, stacklevel=3)
+    return total
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 class Sensitivity(NamedTuple):
@@ -397,6 +475,13 @@ def _resolve_data(data: Any, domain: Domain | Mapping[str, int] | None) -> tuple
     return data, domain
 
 
+def _num_records(records: Any) -> int | None:
+    """Rows of an in-memory DataFrame or array; ``None`` when unknown (a file path)."""
+    if isinstance(records, (pd.DataFrame, np.ndarray)) and records.ndim >= 1:
+        return int(records.shape[0])
+    return None
+
+
 def _resolve_cliques(
     cliques: Any, domain: Domain | None
 ) -> tuple[list[Clique], Domain | None]:
@@ -582,6 +667,7 @@ def release(
     calibration: Literal["analytic", "zcdp"] | None = None,
     conversion: Conversion | None = None,
     label: str | None = None,
+    max_cells: float = DEFAULT_MAX_CELLS,
 ) -> list[Measurement]:
     """Count the clique tables of ``data`` and release them with calibrated noise.
 
@@ -620,6 +706,10 @@ def release(
         (ε, δ) → ρ conversion; default the ledger's, else ``"bs16"``.
     label : str, optional
         Ledger label; default names the mechanism and cliques.
+    max_cells : float
+        Cap on the cells of all tables together (:func:`check_release_size`): a larger release
+        is refused before anything is counted or spent. A clique with more cells than records
+        gives a :class:`SparseTableWarning`.
 
     Returns
     -------
@@ -630,7 +720,8 @@ def release(
     ------
     ValueError, TypeError, KeyError
         Bad budget (ε ≤ 0, δ ∉ (0, 1)), empty or repeated cliques, unknown attributes,
-        mismatched domains, unknown mechanism / neighbours / sampler, bad weights.
+        mismatched domains, unknown mechanism / neighbours / sampler, bad weights, a release
+        above ``max_cells`` or the machine's memory.
     BudgetExceededError
         If the ledger cannot pay; nothing is drawn or charged.
     """
@@ -644,6 +735,7 @@ def release(
     records, dom = _resolve_data(data, domain)
     clique_list, dom = _resolve_cliques(cliques, dom)
     assert dom is not None
+    check_release_size(clique_list, dom, _num_records(records), max_cells)
     bound = 1.0 if person_bound is None else _check_person_bound(person_bound)
     label = label or _default_label(mechanism, clique_list)
     plan = _plan(

@@ -412,3 +412,32 @@ def test_estimate_total_unbiased(records):
     assert var == pytest.approx(1 / (1 / (2 * 16 * 2) + 1 / (2 * 16 * 12)))
     assert abs(est.mean() - n_true) < 4 * math.sqrt(var / reps)
     assert est.var() / var == pytest.approx(1.0, abs=0.15)
+
+
+# ---------------------------------------------------------------------------------------------
+# release size: refused before anything is counted or spent; sparse tables warned
+# ---------------------------------------------------------------------------------------------
+def test_release_above_max_cells_is_refused_before_the_ledger_pays(records):
+    ledger = PrivacyLedger(PureDP(2.0))
+    with pytest.raises(ValueError, match=r"12 cells \(clique \('a', 'b'\) alone 6\).*above "
+                                         r"max_cells = 10.*release smaller tables"):
+        release(records, CLIQUES, 0.5, domain=DOMAIN, sampler="jax", rng=1, ledger=ledger,
+                max_cells=10)
+    assert len(ledger.history) == 0 and ledger.spent == 0
+    with pytest.raises(ValueError, match="max_cells must be positive"):
+        mech_module.check_release_size(CLIQUES, DOMAIN, max_cells=0)
+
+
+def test_release_beyond_the_machine_is_refused(monkeypatch):
+    # a 100-byte machine; the release needs 12 cells × 64 bytes
+    monkeypatch.setattr(mech_module, "_physical_memory", lambda: 100)
+    with pytest.raises(ValueError, match=r"more than this machine's"):
+        mech_module.check_release_size(CLIQUES, DOMAIN)
+
+
+def test_a_table_with_more_cells_than_records_warns(records):
+    few = records[:5]
+    with pytest.warns(mech_module.SparseTableWarning,
+                      match=r"clique \('a', 'b'\) has 6 cells, 1.2× the 5 records"):
+        release(few, CLIQUES, 0.5, domain=DOMAIN, sampler="jax", rng=1)
+    assert mech_module.check_release_size(CLIQUES, DOMAIN, num_records=6) == 12
