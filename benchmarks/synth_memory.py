@@ -29,16 +29,21 @@ import jax, numpyro
 numpyro.enable_x64()
 from numpyro_dpgm import MarkovNetwork, MarkovRandomField, load_demo, synthesize
 from numpyro_dpgm.experiments.demo import ADULT_TREE
-records, datasets = int(sys.argv[1]), int(sys.argv[2])
+from numpyro_dpgm.synthesis import iter_synthetic
+records, datasets, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 domain = load_demo("adult").domain
 net = MarkovNetwork(domain, list(ADULT_TREE) + [(a,) for a in domain.attrs])
 theta = jax.random.normal(jax.random.key(0), (datasets, net.num_params))
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
-sets = synthesize(MarkovRandomField(net, theta), records, num_datasets=datasets, rng=1)
+model = MarkovRandomField(net, theta)
+if mode == "list":  # synthesize: every data set held at once
+    rows = sum(len(s) for s in synthesize(model, records, num_datasets=datasets, rng=1))
+else:  # iter_synthetic, each data set dropped before the next (as dpgm synth writes them)
+    rows = sum(len(s) for s in iter_synthetic(model, records, num_datasets=datasets, rng=1))
 seconds = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"records": records, "datasets": datasets, "rows": sum(len(s) for s in sets),
+print(json.dumps({"mode": mode, "records": records, "datasets": datasets, "rows": rows,
                   "peak_mb": peak / 1024, "before_draw_mb": base / 1024, "seconds": seconds}))
 """
 
@@ -47,18 +52,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, nargs="+", default=[48_842, 250_000],
                         help="records per data set (default: Adult's size and 250,000)")
     parser.add_argument("--datasets", type=int, default=10, help="data sets m (default 10)")
+    parser.add_argument("--modes", nargs="+", default=["list", "iter"], choices=["list", "iter"],
+                        help="list: synthesize (all data sets held); iter: iter_synthetic, one "
+                             "at a time (what dpgm synth does)")
     parser.add_argument("--out", type=Path, default=Path("bench-results"),
                         help="folder for the JSON and CSV results")
 
 
 def main(args: argparse.Namespace) -> int:
     rows = []
-    for records in args.records:
+    for mode, records in [(m, r) for m in args.modes for r in args.records]:
         load = os.getloadavg()[0]
-        done = subprocess.run([sys.executable, "-c", CHILD, str(records), str(args.datasets)],
+        done = subprocess.run([sys.executable, "-c", CHILD, str(records), str(args.datasets), mode],
                               capture_output=True, text=True, check=True)
         row = json.loads(done.stdout.strip().splitlines()[-1]) | {"load_average": load}
-        print(f"N = {records:,}, m = {args.datasets}: peak {row['peak_mb']:.0f} MB "
+        print(f"{mode}: N = {records:,}, m = {args.datasets}: peak {row['peak_mb']:.0f} MB "
               f"({row['before_draw_mb']:.0f} MB before the draw), {row['seconds']:.1f} s, "
               f"load {load:.1f}")
         rows.append(row)

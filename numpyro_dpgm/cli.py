@@ -650,7 +650,7 @@ def synth(
     import warnings
 
     from .io import load_model
-    from .synthesis import UnmodelledAttributesWarning, synthesize, unmodelled_attributes
+    from .synthesis import UnmodelledAttributesWarning, iter_synthetic, unmodelled_attributes
 
     with _input_errors():
         if records is not None and records < 1:
@@ -693,15 +693,17 @@ def synth(
                   "values, independently of the other attributes (the maximum-entropy choice "
                   "given no measurement of them); --drop-unmodelled leaves them out")
         with console.status(f"sampling {num} records"
-                            + (f" × {datasets} data sets" if posterior else "")), \
+                            + (f" × {datasets} data sets" if posterior else "")) as status, \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", UnmodelledAttributesWarning)  # said above
-            frames = synthesize(saved.model, num, datasets if posterior else 1, rng=seed,
-                                categories=saved.categories, drop_unmodelled=drop_unmodelled)
-            frames = frames if posterior else [frames]
-            for frame, path in zip(frames, paths, strict=True):
+            # one data set in memory at a time: drawn, written, dropped
+            frames = iter_synthetic(saved.model, num, len(paths), rng=seed,
+                                    categories=saved.categories, drop_unmodelled=drop_unmodelled)
+            for i, (frame, path) in enumerate(zip(frames, paths, strict=True)):
+                status.update(f"sampling {num} records: data set {i + 1} of {len(paths)}")
                 _write_table(frame, path)
-    console.print(f"sampled {len(paths)} data set(s) of {num} records and {frames[0].shape[1]} "
+                width = frame.shape[1]
+    console.print(f"sampled {len(paths)} data set(s) of {num} records and {width} "
                   f"columns (seed {seed})", highlight=False)
     console.print("wrote " + (str(paths[0]) if len(paths) == 1 else f"{paths[0]} … {paths[-1]}"),
                   soft_wrap=True, highlight=False)

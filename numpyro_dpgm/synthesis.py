@@ -21,7 +21,7 @@ values and independent of the rest, and that is how they are sampled, with an
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -35,8 +35,8 @@ from .infer.bayes import reference_coding
 from .network import MarkovNetwork
 from .tables import project_table
 
-__all__ = ["UnmodelledAttributesWarning", "posterior_models", "synthesize", "theta_from_counts",
-           "unmodelled_attributes"]
+__all__ = ["UnmodelledAttributesWarning", "iter_synthetic", "posterior_models", "synthesize",
+           "theta_from_counts", "unmodelled_attributes"]
 
 Array = Any
 
@@ -368,6 +368,37 @@ def synthesize(
     >>> len(sets), sets[0].shape
     (5, (100, 2))
     """
+    frames = iter_synthetic(source, num_records, num_datasets, rng=rng, categories=categories,
+                            columns=columns, network=network, site=site,
+                            drop_unmodelled=drop_unmodelled)
+    out = list(frames)
+    return out[0] if _is_point(source) and num_datasets == 1 else out
+
+
+def _is_point(source: Any) -> bool:
+    if hasattr(source, "model") and isinstance(source.model, MarkovRandomField):
+        source = source.model  # an estimator's Result
+    return isinstance(source, MarkovRandomField) and not source.batch_shape
+
+
+def iter_synthetic(
+    source: Any,
+    num_records: int | None,
+    num_datasets: int = 1,
+    *,
+    rng: Any,
+    categories: Any = None,
+    columns: Sequence[str] | None = None,
+    network: MarkovNetwork | None = None,
+    site: str = "theta",
+    drop_unmodelled: bool = False,
+) -> Iterator[pd.DataFrame]:
+    """The data sets of :func:`synthesize`, one at a time (same arguments).
+
+    Data set ``j`` is drawn with the key ``fold_in(rng, j)`` when it is asked for, so a caller
+    that writes each one before asking for the next (``dpgm synth``) holds one data set in
+    memory, whatever ``num_datasets``. All checks run before the first data set is drawn.
+    """
     num_datasets = _check_count(num_datasets, "num_datasets")
     key = _key(rng)
     if hasattr(source, "model") and isinstance(source.model, MarkovRandomField):
@@ -398,19 +429,24 @@ def synthesize(
             f"attribute(s) {free} are in no clique of the model (no released table measured "
             "them): sampled uniformly over their values, independently of the other attributes "
             "(the maximum-entropy choice given no measurement); pass drop_unmodelled=True to "
-            "leave them out", UnmodelledAttributesWarning, stacklevel=2)
+            "leave them out", UnmodelledAttributesWarning, stacklevel=3)
     if point:
-        x = mrf.sample(key, (num_records, num_datasets))  # (n, m, d)
-        x = np.moveaxis(np.asarray(x), 1, 0)
-        frames = [_frame(x[j], net, cats, cols, total) for j in range(num_datasets)]
-        return frames[0] if num_datasets == 1 else frames
-    num_draws = mrf.batch_shape[0]
-    if num_datasets > num_draws:
-        raise ValueError(
-            f"num_datasets={num_datasets} exceeds the {num_draws} posterior draws; draw more "
-            "samples or ask for fewer data sets"
-        )
-    index = np.round(np.linspace(0, num_draws - 1, num_datasets)).astype(int)
-    chosen = MarkovRandomField(net, mrf.theta[index], method=mrf.method)
-    x = np.asarray(chosen.sample(key, (num_records,)))  # (n, m, d)
-    return [_frame(x[:, j], net, cats, cols, total) for j in range(num_datasets)]
+        models = [mrf] * num_datasets
+    else:
+        num_draws = mrf.batch_shape[0]
+        if num_datasets > num_draws:
+            raise ValueError(
+                f"num_datasets={num_datasets} exceeds the {num_draws} posterior draws; draw "
+                "more samples or ask for fewer data sets"
+            )
+        index = np.round(np.linspace(0, num_draws - 1, num_datasets)).astype(int)
+        models = [MarkovRandomField(net, mrf.theta[i], method=mrf.method) for i in index]
+    return _draw_each(models, key, num_records, net, cats, cols, total)
+
+
+def _draw_each(models: list[MarkovRandomField], key: jax.Array, num_records: int,
+               net: MarkovNetwork, cats: dict[str, list], cols: list[str],
+               total: Any) -> Iterator[pd.DataFrame]:
+    for j, model in enumerate(models):
+        x = np.asarray(model.sample(jax.random.fold_in(key, j), (num_records,)))
+        yield _frame(x, net, cats, cols, total)

@@ -189,3 +189,32 @@ def test_attributes_in_no_clique_are_kept_uniform_with_a_warning():
         sets = synthesize(MarkovRandomField(net, jax.numpy.stack([theta, theta])), 10, 2, rng=0,
                           drop_unmodelled=True)
     assert list(kept.columns) == ["a", "b"] and all(list(s.columns) == ["a", "b"] for s in sets)
+
+
+def test_iter_synthetic_draws_one_data_set_at_a_time(monkeypatch):
+    """dpgm synth writes each data set before the next is drawn: the iterator checks its input
+    at once and draws lazily, so memory does not grow with the number of data sets."""
+    import jax.numpy as jnp
+
+    from numpyro_dpgm import MarkovNetwork, MarkovRandomField
+    from numpyro_dpgm.synthesis import iter_synthetic, synthesize
+
+    net = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])
+    draws = MarkovRandomField(net, jnp.zeros((4, net.num_params)))
+    calls = []
+    original = MarkovRandomField.sample
+    monkeypatch.setattr(MarkovRandomField, "sample",
+                        lambda self, key, shape=(): calls.append(shape) or original(self, key,
+                                                                                    shape))
+    with pytest.raises(ValueError, match="exceeds the 4 posterior draws"):
+        iter_synthetic(draws, 10, 5, rng=0)  # refused before anything is drawn
+    frames = iter_synthetic(draws, 10, 3, rng=0)
+    assert calls == []
+    first = next(frames)
+    assert calls == [(10,)] and first.shape == (10, 2)
+    rest = list(frames)
+    assert len(rest) == 2 and calls == [(10,)] * 3
+    # synthesize is the same draws, collected
+    again = synthesize(draws, 10, 3, rng=0)
+    for a, b in zip([first, *rest], again, strict=True):
+        pd.testing.assert_frame_equal(a, b)
