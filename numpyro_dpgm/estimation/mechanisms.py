@@ -385,10 +385,10 @@ def mwem_pgm(
             model_cliques.append(choice)
         network = MarkovNetwork(dom, list(model_cliques))
         init = None if model is None else embed_theta(model.network, model.theta, network)
-        fit = prox_pgm(measurements, network, total_count=total_count, iters=int(iters),
+        fit = prox_pgm(measurements, network, total_count=total_count, max_iters=int(iters),
                        oracle=oracle, init=init)
         model = fit.model
-        scale = float(fit.extras["total"])
+        scale = float(fit.extras["total_count"])
         errors.append(workload_error(model, true_tables))
         if callback is not None:
             callback(r + 1, {"selected": choice, "error": errors[-1]})
