@@ -108,7 +108,7 @@ def test_release_fit_synth_chain(tmp_path, labelled, chain):
     assert "not modelled" in outputs["fit"]
     fitted = load_model(paths["model"])
     assert fitted.provenance["estimator"] == "cgm_em"
-    assert fitted.provenance["options"] == {"max_em_iters": 1}
+    assert fitted.provenance["options"] == {"max_iters": 1}
     # the model file keeps the whole domain; the cliques cover four of its nine attributes
     domain = json.loads(TITANIC_DOMAIN.read_text())
     assert list(fitted.model.network.domain) == list(domain)
@@ -173,7 +173,8 @@ def test_fit_prox_pgm_and_naive(tmp_path, chain):
     meas = chain[0]["meas"]
     _ok(["fit", meas, "--method", "prox-pgm", "--iters", 30, "-o", tmp_path / "p.json"])
     fitted = load_model(tmp_path / "p.json")
-    assert fitted.provenance["iterations"] == 30 and fitted.provenance["options"] == {"iters": 30}
+    assert fitted.provenance["iterations"] == 30
+    assert fitted.provenance["options"] == {"max_iters": 30}
     _ok(["fit", meas, "--method", "naive", "--total", 1304, "-o", tmp_path / "n.json"])
     fitted = load_model(tmp_path / "n.json")
     assert fitted.provenance["estimator"] == "naive_mle" and fitted.total == 1304.0
