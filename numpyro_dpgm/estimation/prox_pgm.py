@@ -635,7 +635,7 @@ def prox_pgm(
         raise ValueError(f"unknown loss {loss!r}; use 'auto', 'l1', 'l2' or a callable")
     if not measurements and (custom is None or network is None):
         raise ValueError(
-            "no measurements: give at least one (or a network and a callable loss)"
+            "no measurements: give at least one measurement (or a network and a callable loss)"
         )
     if network is None:
         network = network_from_measurements(domain, measurements)
