@@ -56,19 +56,12 @@ def mcem(
     measurements : sequence of Measurement
         Noisy answers (one noise family); every measured clique must lie in a clique of
         ``network``.
-    network_or_domain : MarkovNetwork, Domain or mapping attribute -> size
-        Any network (not decomposable: the latent counts are its triangulation's tables);
-        given a domain, the maximal measured cliques.
-    total_count : float, optional
-        ``N`` (public); ``None`` estimates it from the measurements (no privacy cost), rounded
-        to an integer (the latent counts sum to ``N``).
+    network_or_domain, total_count, init :
+        As :func:`~numpyro_dpgm.estimation.variational_em.variational_em`.
     rng_key : JAX PRNG key
-        The chains' randomness. Stochastic, so it should be given: without it
-        ``jax.random.key(0)`` is used with a ``DeprecationWarning`` (required from the next
-        release).
-    init : None, "naive", "zeros", MarkovRandomField or array
-        ``θ₀``: naive MLE with its default L2 rule (``None`` or ``"naive"``), uniform
-        (``"zeros"``), or a warm start (a previous fit's model or log-potentials).
+        The chains' randomness (as for
+        :func:`~numpyro_dpgm.estimation.variational_em.variational_em`, ``jax.random.key(0)``
+        with a ``DeprecationWarning`` when missing).
     max_iters : int
         EM iterations, the main loop.
     callback : callable ``(iteration, loss) -> None``, optional

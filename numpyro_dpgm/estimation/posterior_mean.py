@@ -90,16 +90,12 @@ def posterior_mean(
     ----------
     measurements : sequence of Measurement
         Noisy answers (one noise family).
-    network_or_domain : MarkovNetwork, Domain or mapping attribute -> size
-        Any network (not decomposable: the latent counts are its triangulation's tables);
-        given a domain, the maximal measured cliques.
-    total_count : float, optional
-        ``N`` (public); ``None`` estimates it from the measurements (no privacy cost), rounded
-        to an integer (the latent counts sum to ``N``).
+    network_or_domain, total_count :
+        As :func:`~numpyro_dpgm.estimation.variational_em.variational_em`.
     rng_key : JAX PRNG key
-        The sampler's or optimiser's randomness. Stochastic, so it should be given: without it
-        ``jax.random.key(0)`` is used with a ``DeprecationWarning`` (required from the next
-        release).
+        The sampler's or optimiser's randomness (as for
+        :func:`~numpyro_dpgm.estimation.variational_em.variational_em`, ``jax.random.key(0)``
+        with a ``DeprecationWarning`` when missing).
     init : None, "uniform", "em", MarkovRandomField or array
         Starting point. ``None`` or ``"uniform"``: uniform tables and ``φ = 0`` (the only start
         of the SVI guide). With ``method="nuts"`` also ``"em"``, the NLBP-EM estimate
