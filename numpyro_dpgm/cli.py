@@ -539,7 +539,10 @@ def fit(
             result, options = _run_nuts(saved.measurements, network, n, iters or 500, chains,
                                         seed)
         else:
-            result, options = _run_fit(method, saved.measurements, network, n, iters, seed)
+            # an estimated N is the estimator's own (rounded where latent counts need an integer)
+            result, options = _run_fit(method, saved.measurements, network,
+                                       None if n_source == "estimated" else n, iters, seed)
+            n = float(result.extras["total_count"])
         elapsed = time.perf_counter() - t0
         provenance = {
             "estimator": "run_nuts" if method == "nuts" else ESTIMATORS[method].__name__,
@@ -596,7 +599,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
     return posterior_models(mcmc, network), options
 
 
-def _run_fit(method: str, measurements: list[Any], network: Any, total: float,
+def _run_fit(method: str, measurements: list[Any], network: Any, total: float | None,
              iters: int | None, seed: int) -> tuple[Any, dict[str, Any]]:
     """The registered estimator ``method`` with the contract's options: ``--iters`` is its
     ``max_iters`` (its own default when not given), progress comes through ``callback``."""

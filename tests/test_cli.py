@@ -183,6 +183,16 @@ def test_fit_prox_pgm_and_naive(tmp_path, chain):
     assert len(data) == 1304 and isinstance(data["Sex"].dtype, pd.CategoricalDtype)
 
 
+def test_fit_any_registered_estimator(tmp_path, chain):
+    """--method selects from the estimators' registry; --seed is a stochastic one's rng_key."""
+    meas = chain[0]["meas"]
+    _ok(["fit", meas, "--method", "mcem", "--iters", 1, "--seed", 3, "-o", tmp_path / "m.json"])
+    fitted = load_model(tmp_path / "m.json")
+    assert fitted.provenance["estimator"] == "mcem"
+    assert fitted.provenance["options"] == {"max_iters": 1, "seed": 3}
+    assert fitted.provenance["iterations"] == 1
+
+
 # ------------------------------------------------------------------------------------------------
 # bad input: exit code 2, one line, nothing written
 # ------------------------------------------------------------------------------------------------
@@ -250,6 +260,8 @@ def test_fit_and_synth_bad_files(tmp_path, chain):
            tmp_path / "x.json")
     _fails(["fit", meas, "--method", "magic", "-o", tmp_path / "x.json"], "unknown --method",
            tmp_path / "x.json")
+    _fails(["fit", meas, "--method", "magic", "-o", tmp_path / "x.json"], "variational-em",
+           tmp_path / "x.json")  # the error lists the registry's names
 
 
 def test_help_everywhere():
