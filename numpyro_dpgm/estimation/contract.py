@@ -51,6 +51,7 @@ __all__ = [
     "UnknownAttributeError",
     "check_attributes",
     "estimator",
+    "learner",
     "network_from_measurements",
     "resolve_init",
     "resolve_network",
@@ -81,40 +82,76 @@ def estimator(name: str, legacy_positional: Sequence[str] = ("total_count",),
     renamed : mapping, optional
         Estimator-specific old keyword -> new keyword, besides :data:`RENAMED`.
     """
-    names = dict(RENAMED, **(renamed or {}))
 
     def decorate(fn: Callable) -> Callable:
-        qualified = fn.__name__
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if len(args) > 2:
-                extra = args[2:]
-                if len(extra) > len(legacy_positional):
-                    raise TypeError(f"{qualified}() takes 2 positional arguments but "
-                                    f"{len(args)} were given")
-                for old, value in zip(legacy_positional, extra, strict=False):
-                    new = names.get(old, old)
-                    if new in kwargs:
-                        raise TypeError(f"{qualified}() got multiple values for {new!r}")
-                    warnings.warn(
-                        f"{qualified}(): passing {old!r} by position is deprecated; pass it as "
-                        f"the keyword {new}=...", DeprecationWarning, stacklevel=2)
-                    kwargs[new] = value
-                args = args[:2]
-            for old in [k for k in kwargs if k in names]:
-                new = names[old]
-                if new in kwargs:
-                    raise TypeError(f"{qualified}() got both {old!r} (deprecated) and {new!r}")
-                warnings.warn(f"{qualified}(): the keyword {old!r} is deprecated; use {new}=...",
-                              DeprecationWarning, stacklevel=2)
-                kwargs[new] = kwargs.pop(old)
-            return fn(*args, **kwargs)
-
+        wrapper = _old_spellings(fn, 2, legacy_positional, dict(RENAMED, **(renamed or {})))
         ESTIMATORS[name] = wrapper
         return wrapper
 
     return decorate
+
+
+#: Keywords of the previous release of the learners from records and their contract names.
+LEARNER_RENAMED = {"privacy": "budget", "epsilon": "budget", "key": "rng_key", "rng": "rng_key"}
+
+
+def learner(legacy_positional: Sequence[str] = ("privacy",), *, budget_second: bool = True,
+            renamed: Mapping[str, str] | None = None) -> Callable[[Callable], Callable]:
+    """Accept a learner's old spellings, with a warning, under the learners' contract
+    ``f(data, domain, *, budget, rng_key, ledger=None, **options)``.
+
+    With ``budget_second`` the previous release took the privacy budget as the second
+    positional argument, where the contract has the domain. A call is read in the old way
+    exactly when it passes a second positional argument and no budget keyword (``budget``,
+    ``privacy`` or ``epsilon``): the contract's ``budget`` is keyword-only and required, so a
+    call in the new spelling always names it. Otherwise ``legacy_positional`` names the
+    parameters the previous release took by position after ``data`` and ``domain``.
+    """
+    names = dict(LEARNER_RENAMED, **(renamed or {}))
+
+    def start(args: tuple, kwargs: dict) -> int:
+        old = budget_second and not any(k in kwargs for k in ("budget", "privacy", "epsilon"))
+        return 1 if old else 2
+
+    def decorate(fn: Callable) -> Callable:
+        return _old_spellings(fn, start, legacy_positional, names)
+
+    return decorate
+
+
+def _old_spellings(fn: Callable, start: int | Callable[[tuple, dict], int],
+                   legacy_positional: Sequence[str], names: Mapping[str, str]) -> Callable:
+    """``fn`` that maps positional arguments from index ``start`` on to the keywords
+    ``legacy_positional`` and old keywords to ``names[old]``, warning about each."""
+    qualified = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        first = start(args, kwargs) if callable(start) else start
+        if len(args) > first:
+            extra = args[first:]
+            if len(extra) > len(legacy_positional):
+                raise TypeError(f"{qualified}() takes {first} positional arguments but "
+                                f"{len(args)} were given")
+            for old, value in zip(legacy_positional, extra, strict=False):
+                new = names.get(old, old)
+                if new in kwargs:
+                    raise TypeError(f"{qualified}() got multiple values for {new!r}")
+                warnings.warn(
+                    f"{qualified}(): passing {old!r} by position is deprecated; pass it as "
+                    f"the keyword {new}=...", DeprecationWarning, stacklevel=2)
+                kwargs[new] = value
+            args = args[:first]
+        for old in [k for k in kwargs if k in names]:
+            new = names[old]
+            if new in kwargs:
+                raise TypeError(f"{qualified}() got both {old!r} (deprecated) and {new!r}")
+            warnings.warn(f"{qualified}(): the keyword {old!r} is deprecated; use {new}=...",
+                          DeprecationWarning, stacklevel=2)
+            kwargs[new] = kwargs.pop(old)
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def network_from_measurements(

@@ -230,3 +230,56 @@ def test_deterministic_estimators_ignore_the_key(name: str, base_fits: dict[str,
         fit = _fit(name, total_count=N, rng_key=jax.random.key(7))
     np.testing.assert_array_equal(np.asarray(fit.model.theta),
                                   np.asarray(base_fits[name].model.theta))
+
+
+# ------------------------------------------------------------------------------------------------
+# learners from records: f(data, domain, *, budget, rng_key, ledger=None, **options)
+# ------------------------------------------------------------------------------------------------
+LEARNERS = {"learn_ising": dict(width=1.0, iterations=20),
+            "learn_pairwise": dict(width=1.0, iterations=20),
+            "learn_twise": dict(order=2, width=1.0, iterations=20)}
+
+
+def _learner(name: str):
+    from numpyro_dpgm.estimation import private_mrf
+
+    return getattr(private_mrf, name)
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_learner_signature(name: str) -> None:
+    params = list(inspect.signature(_learner(name)).parameters.values())
+    assert [(p.name, p.kind) for p in params[:5]] == [
+        ("data", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("domain", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("budget", inspect.Parameter.KEYWORD_ONLY),
+        ("rng_key", inspect.Parameter.KEYWORD_ONLY),
+        ("ledger", inspect.Parameter.KEYWORD_ONLY),
+    ]
+    assert params[2].default is inspect.Parameter.empty and params[4].default is None
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:])
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_learner_old_spellings_warn_and_agree(name: str) -> None:
+    codes = np.random.default_rng(0).integers(0, 2, size=(200, 3))
+    data = codes if name == "learn_pairwise" else 1 - 2 * codes
+    f, options = _learner(name), dict(LEARNERS[name])
+    if name == "learn_pairwise":
+        options["domain"] = 2  # it needs the alphabet: 2 values per attribute
+    new = f(data, budget=1.0, rng_key=KEY, **options)
+    with pytest.warns(DeprecationWarning) as record:
+        old = f(data, 1.0, key=KEY, **options)  # the budget was the second positional argument
+    messages = [str(w.message) for w in record]
+    assert any("'privacy' by position" in m and "budget=" in m for m in messages), messages
+    assert any("'key'" in m and "rng_key=" in m for m in messages), messages
+    np.testing.assert_array_equal(np.asarray(old.model.theta), np.asarray(new.model.theta))
+    with pytest.warns(DeprecationWarning, match="'privacy' is deprecated; use budget="):
+        again = f(data, privacy=1.0, rng_key=KEY, **options)
+    np.testing.assert_array_equal(np.asarray(again.model.theta), np.asarray(new.model.theta))
+    # the new spelling with a domain in second place reads it as the domain
+    domain = Domain({f"v{i}": 2 for i in range(3)})
+    options.pop("domain", None)
+    named = f(data, domain if name == "learn_pairwise" else list(domain.attrs), budget=1.0,
+              rng_key=KEY, **options)
+    assert tuple(named.model.network.domain.attrs) == ("v0", "v1", "v2")
