@@ -283,3 +283,22 @@ def test_learner_old_spellings_warn_and_agree(name: str) -> None:
     named = f(data, domain if name == "learn_pairwise" else list(domain.attrs), budget=1.0,
               rng_key=KEY, **options)
     assert tuple(named.model.network.domain.attrs) == ("v0", "v1", "v2")
+
+
+def test_mwem_pgm_old_spellings_warn_and_agree() -> None:
+    from numpyro_dpgm.estimation import mwem_pgm
+    from numpyro_dpgm.privacy import ZCDP
+
+    params = list(inspect.signature(mwem_pgm).parameters.values())
+    assert [p.name for p in params[:5]] == ["data", "domain", "budget", "rng_key", "ledger"]
+    records = np.random.default_rng(1).integers(0, 2, size=(300, 3))
+    domain = Domain({"a": 2, "b": 2, "c": 2})
+    workload = [("a", "b"), ("b", "c")]
+    new = mwem_pgm(records, domain, budget=ZCDP(0.5), rng_key=3, workload=workload, rounds=1,
+                   iters=10)
+    with pytest.warns(DeprecationWarning) as record:
+        old = mwem_pgm(records, domain, workload, ZCDP(0.5), 1, key=3, iters=10)
+    messages = [str(w.message) for w in record]
+    for name in ("'workload'", "'budget'", "'rounds'", "'key'"):
+        assert any(name in m for m in messages), messages
+    np.testing.assert_array_equal(np.asarray(old.model.theta), np.asarray(new.model.theta))
