@@ -61,8 +61,8 @@ def _trial(model: str, seed: int, n: int, eps: float) -> dict[str, Any]:
     meas = simulate_release(records, edges, eps, jax.random.key(1000 + seed), domain=net.domain)
     row: dict[str, Any] = {"model": model, "seed": seed, "N": n, "epsilon": eps,
                            "edges": len(edges)}
-    for name, fit in (("naive", lambda: naive_mle(meas, net, n)),
-                      ("cgm_em", lambda: cgm_em(meas, net, n))):
+    for name, fit in (("naive", lambda: naive_mle(meas, net, total_count=n)),
+                      ("cgm_em", lambda: cgm_em(meas, net, total_count=n))):
         t0 = time.perf_counter()
         result = fit()
         jax.block_until_ready(result.model.theta)

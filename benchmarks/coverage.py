@@ -254,7 +254,7 @@ def run_setting(pop: str, eps: float, args: argparse.Namespace,
             results = [analysis(f) for f in frames]
             combined = rubin(np.array([r[0] for r in results]), np.array([r[1] for r in results]))
             lo, hi = combined.conf_int(LEVEL)
-            point = cgm_em(ms, net_em, n).model
+            point = cgm_em(ms, net_em, total_count=n).model
             est, var = analysis(synthesize(point, n, rng=k[3]))
             nlo, nhi = normal_interval(est, var, LEVEL)
             elapsed = t_nuts + time.perf_counter() - t1

@@ -105,18 +105,20 @@ def _fitters(args: argparse.Namespace, net: Any, meas: Any, n: int, b: float,
     from numpyro_dpgm.estimation.variational_em import variational_em
 
     k = args.em_iters
+    key = jax.random.key(0)  # the stochastic fits' key (the value they used by default before)
     return {
-        "naive": lambda: naive_mle(meas, net, n),
+        "naive": lambda: naive_mle(meas, net, total_count=n),
         "naive_oracle": lambda: _oracle(meas, net, n, b, truth),
-        "map_em": lambda: cgm_em(meas, net, n),
-        "map_em_conv": lambda: cgm_em(meas, net, n, max_em_iters=args.conv_iters,
+        "map_em": lambda: cgm_em(meas, net, total_count=n),
+        "map_em_conv": lambda: cgm_em(meas, net, total_count=n, max_iters=args.conv_iters,
                                       init="zeros"),
-        "vem": lambda: variational_em(meas, net, n, max_em_iters=k, first_steps=args.svi_steps,
-                                      steps=max(args.svi_steps // 3, 1), mean_draws=64),  # noqa
-        "mcem": lambda: mcem(meas, net, n, max_em_iters=k, num_warmup=100, first_draws=10,
-                             last_draws=80, max_tree_depth=6, chunk=10),
-        "post_mean": lambda: posterior_mean(meas, net, n, svi_steps=4 * args.svi_steps,
-                                            svi_draws=64),
+        "vem": lambda: variational_em(meas, net, total_count=n, rng_key=key, max_iters=k,
+                                      first_steps=args.svi_steps,
+                                      steps=max(args.svi_steps // 3, 1), mean_draws=64),
+        "mcem": lambda: mcem(meas, net, total_count=n, rng_key=key, max_iters=k, num_warmup=100,
+                             first_draws=10, last_draws=80, max_tree_depth=6, chunk=10),
+        "post_mean": lambda: posterior_mean(meas, net, total_count=n, rng_key=key,
+                                            max_iters=4 * args.svi_steps, svi_draws=64),
     }
 
 
@@ -127,7 +129,7 @@ def _oracle(meas: Any, net: Any, n: int, b: float, truth: Any) -> Any:
 
     best, best_kl = None, np.inf
     for s in ORACLE_GRID:
-        fit = naive_mle(meas, net, n, l2=max(s * b / n, 1e-4))
+        fit = naive_mle(meas, net, total_count=n, l2=max(s * b / n, 1e-4))
         kl = float(kl_divergence(truth, fit.model))
         if kl < best_kl:
             best, best_kl = fit._replace(extras=dict(fit.extras, grid_scale=s)), kl
@@ -141,7 +143,7 @@ def _leak(net: Any, meas: Any, n: int) -> float:
     from numpyro_dpgm.estimation.variational_em import latent_counts_model
 
     readout = latent_counts_model(net, meas, n).readout
-    theta = readout.latent_theta(naive_mle(meas, net, n).model.theta)
+    theta = readout.latent_theta(naive_mle(meas, net, total_count=n).model.theta)
     return max(relaxation_leak(readout.latent_network, theta, n).values())
 
 

@@ -36,6 +36,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from .estimation import ESTIMATORS
+
 app = typer.Typer(
     help="Differentially private learning of graphical models (numpyro_dpgm).",
     no_args_is_help=True,
@@ -473,7 +475,11 @@ def _fmt(amount: Any) -> str:
 # ------------------------------------------------------------------------------------------------
 # fit
 # ------------------------------------------------------------------------------------------------
-METHODS = ("naive", "cgm-em", "prox-pgm", "nuts")
+#: The point estimators come from the estimators' registry; ``nuts`` gives posterior draws.
+METHODS = (*ESTIMATORS, "nuts")
+
+#: Estimators that take randomness (``--seed`` gives their ``rng_key``).
+STOCHASTIC = ("mcem", "variational-em", "posterior-mean")
 
 
 def _file_sha256(path: Path) -> str:
@@ -495,14 +501,18 @@ def fit(
     measurements: Annotated[Path, typer.Argument(help="measurements file from `dpgm release`")],
     out: Annotated[Path, typer.Option("--out", "-o", help="model file to write (JSON)")],
     method: Annotated[str, typer.Option(
-        help="naive, cgm-em, prox-pgm (point estimates) or nuts (posterior draws of the model "
+        help=f"{', '.join(ESTIMATORS)} (point estimates) or nuts (posterior draws of the model "
              "given the noisy tables, for `dpgm synth --posterior`)")] = "cgm-em",
     iters: Annotated[int | None, typer.Option(
-        help="iterations: EM iterations for cgm-em (default 10; a regulariser), mirror-descent "
-             "iterations for prox-pgm (default 1000), NUTS draws per chain for nuts (default "
-             "500, after as many warm-up steps); unused by naive")] = None,
+        help="iterations: the estimator's max_iters (EM iterations for cgm-em, default 10, a "
+             "regulariser; mcem and variational-em, default 10; mirror-descent iterations for "
+             "prox-pgm, default 1000; L-BFGS iterations for naive, default 1000; SVI steps for "
+             "posterior-mean, default 2000), NUTS draws per chain for nuts (default 500, after "
+             "as many warm-up steps)")] = None,
     chains: Annotated[int, typer.Option(help="NUTS chains (nuts only)")] = 2,
-    seed: Annotated[int, typer.Option(help="seed of the NUTS sampler (nuts only)")] = 0,
+    seed: Annotated[int, typer.Option(
+        help="seed of the stochastic methods (nuts, mcem, variational-em, "
+             "posterior-mean)")] = 0,
     total: Annotated[float | None, typer.Option(
         help="number of records N if public (default: the file's, else estimated from the "
              "noisy tables, which costs no privacy)")] = None,
@@ -515,7 +525,8 @@ def fit(
 
     with _input_errors():
         if method not in METHODS:
-            raise ValueError(f"unknown --method {method!r}; choose one of {list(METHODS)}")
+            raise ValueError(f"unknown --method {method!r}; choose one of {list(METHODS)} (the "
+                             "estimators' registry, numpyro_dpgm.estimation.ESTIMATORS, and nuts)")
         if iters is not None and iters < 1:
             raise ValueError(f"--iters must be at least 1, got {iters}")
         if total is not None and not total > 0:
@@ -538,11 +549,13 @@ def fit(
             result, options = _run_nuts(saved.measurements, network, n, iters or 500, chains,
                                         seed)
         else:
-            result, options = _run_fit(method, saved.measurements, network, n, iters)
+            # an estimated N is the estimator's own (rounded where latent counts need an integer)
+            result, options = _run_fit(method, saved.measurements, network,
+                                       None if n_source == "estimated" else n, iters, seed)
+            n = float(result.extras["total_count"])
         elapsed = time.perf_counter() - t0
         provenance = {
-            "estimator": {"naive": "naive_mle", "cgm-em": "cgm_em", "prox-pgm": "prox_pgm",
-                          "nuts": "run_nuts"}[method],
+            "estimator": "run_nuts" if method == "nuts" else ESTIMATORS[method].__name__,
             "options": options,
             "total": n,
             "total_source": n_source,
@@ -596,26 +609,22 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
     return posterior_models(mcmc, network), options
 
 
-def _run_fit(method: str, measurements: list[Any], network: Any, total: float,
-             iters: int | None) -> tuple[Any, dict[str, Any]]:
-    if method == "naive":
-        from .estimation.naive import naive_mle
+def _run_fit(method: str, measurements: list[Any], network: Any, total: float | None,
+             iters: int | None, seed: int) -> tuple[Any, dict[str, Any]]:
+    """The registered estimator ``method`` with the contract's options: ``--iters`` is its
+    ``max_iters`` (its own default when not given), progress comes through ``callback``."""
+    import inspect
 
-        with console.status("fitting the naive MLE"):
-            return naive_mle(measurements, network, total), {}
-    if method == "cgm-em":
-        from .estimation.cgm_em import cgm_em
+    import jax
 
-        options = {"max_em_iters": iters or 10}
-        with console.status(f"fitting CGM-EM ({options['max_em_iters']} EM iterations)"):
-            return cgm_em(measurements, network, total, **options), options
-    from .estimation.prox_pgm import prox_pgm
-
-    options = {"iters": iters or 1000}
-    every = max(1, options["iters"] // 100)
-    with _progress("Prox-PGM", options["iters"]) as advance:
-        result = prox_pgm(measurements, network, total_count=total, iters=options["iters"],
-                          callback=lambda i, _loss: advance(int(i)), callback_every=every)
+    estimator = ESTIMATORS[method]
+    limit = iters or inspect.signature(estimator).parameters["max_iters"].default
+    options: dict[str, Any] = {"max_iters": limit}
+    if method in STOCHASTIC:
+        options["seed"] = seed
+    with _progress(method, limit) as advance:
+        result = estimator(measurements, network, total_count=total, rng_key=jax.random.key(seed),
+                           max_iters=limit, callback=lambda i, _loss: advance(int(i)))
     return result, options
 
 

@@ -108,7 +108,7 @@ def test_release_fit_synth_chain(tmp_path, labelled, chain):
     assert "not modelled" in outputs["fit"]
     fitted = load_model(paths["model"])
     assert fitted.provenance["estimator"] == "cgm_em"
-    assert fitted.provenance["options"] == {"max_em_iters": 1}
+    assert fitted.provenance["options"] == {"max_iters": 1}
     # the model file keeps the whole domain; the cliques cover four of its nine attributes
     domain = json.loads(TITANIC_DOMAIN.read_text())
     assert list(fitted.model.network.domain) == list(domain)
@@ -173,13 +173,24 @@ def test_fit_prox_pgm_and_naive(tmp_path, chain):
     meas = chain[0]["meas"]
     _ok(["fit", meas, "--method", "prox-pgm", "--iters", 30, "-o", tmp_path / "p.json"])
     fitted = load_model(tmp_path / "p.json")
-    assert fitted.provenance["iterations"] == 30 and fitted.provenance["options"] == {"iters": 30}
+    assert fitted.provenance["iterations"] == 30
+    assert fitted.provenance["options"] == {"max_iters": 30}
     _ok(["fit", meas, "--method", "naive", "--total", 1304, "-o", tmp_path / "n.json"])
     fitted = load_model(tmp_path / "n.json")
     assert fitted.provenance["estimator"] == "naive_mle" and fitted.total == 1304.0
     _ok(["synth", tmp_path / "n.json", "--seed", 1, "-o", tmp_path / "s.parquet"])
     data = pd.read_parquet(tmp_path / "s.parquet")
     assert len(data) == 1304 and isinstance(data["Sex"].dtype, pd.CategoricalDtype)
+
+
+def test_fit_any_registered_estimator(tmp_path, chain):
+    """--method selects from the estimators' registry; --seed is a stochastic one's rng_key."""
+    meas = chain[0]["meas"]
+    _ok(["fit", meas, "--method", "mcem", "--iters", 1, "--seed", 3, "-o", tmp_path / "m.json"])
+    fitted = load_model(tmp_path / "m.json")
+    assert fitted.provenance["estimator"] == "mcem"
+    assert fitted.provenance["options"] == {"max_iters": 1, "seed": 3}
+    assert fitted.provenance["iterations"] == 1
 
 
 # ------------------------------------------------------------------------------------------------
@@ -249,6 +260,8 @@ def test_fit_and_synth_bad_files(tmp_path, chain):
            tmp_path / "x.json")
     _fails(["fit", meas, "--method", "magic", "-o", tmp_path / "x.json"], "unknown --method",
            tmp_path / "x.json")
+    _fails(["fit", meas, "--method", "magic", "-o", tmp_path / "x.json"], "variational-em",
+           tmp_path / "x.json")  # the error lists the registry's names
 
 
 def test_help_everywhere():

@@ -132,7 +132,7 @@ def test_result_adds_its_run_facts(tmp_path):
 
     net = MarkovNetwork(DOMAIN, [("a", "b")])
     meas = [Measurement(("a", "b"), [10.0, 5, 3, 1, 2, 9], Laplace(1.0))]
-    result = naive_mle(meas, net, 30.0)
+    result = naive_mle(meas, net, total_count=30.0)
     save_model(tmp_path / "r.json", result, provenance={"estimator": "naive_mle"})
     prov = load_model(tmp_path / "r.json").provenance
     assert prov["iterations"] == result.iterations and prov["converged"] == result.converged

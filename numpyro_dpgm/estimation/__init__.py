@@ -3,6 +3,7 @@
 from ..infer.mstep import m_step
 from ..measurements import estimate_total
 from .cgm_em import cgm_em, em_start
+from .contract import ESTIMATORS
 from .frank_wolfe import FrankWolfeResult, private_frank_wolfe
 from .losses import measurement_loss
 from .mcem import mcem
@@ -23,6 +24,7 @@ from .result import Result
 from .variational_em import latent_counts_model, variational_em
 
 __all__ = [
+    "ESTIMATORS",
     "DEFAULT_L2_FLOOR",
     "ExactOracle",
     "FrankWolfeResult",

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..domain import Clique, Domain
+from ..inference import junction_tree as jt
 from ..measurements import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Measurement
 from ..network import MarkovNetwork
 from ..tables import project_table
@@ -30,7 +31,7 @@ __all__ = [
     "check_measurements",
     "lipschitz_bound",
     "measurement_loss",
-    "network_from_measurements",
+    "measurement_nll",
     "terms_loss",
 ]
 
@@ -131,19 +132,6 @@ def check_measurements(measurements: Any, domain: Domain) -> tuple[Measurement, 
     return tuple(out)
 
 
-def network_from_measurements(
-    domain: Domain, measurements: Sequence[Measurement]
-) -> MarkovNetwork:
-    """Maximal measured cliques (attributes in domain order, first-appearance order)."""
-    sets: list[frozenset[str]] = []
-    for m in measurements:
-        s = frozenset(m.clique)
-        if s not in sets:
-            sets.append(s)
-    maximal = [s for s in sets if not any(s < t for t in sets)]
-    return MarkovNetwork(domain, [domain.sorted(s) for s in maximal])
-
-
 def build_terms(
     network: MarkovNetwork, measurements: Sequence[Measurement], kind: str
 ) -> tuple[tuple[LossTerm, ...], tuple[TermData, ...]]:
@@ -216,3 +204,21 @@ def lipschitz_bound(
         ratio = network.sizes[term.slot] / network.domain.size(term.clique)
         blocks[term.slot] = blocks.get(term.slot, 0.0) + w * q2 * ratio
     return max(blocks.values()) if blocks else 1.0
+
+
+def measurement_nll(network: MarkovNetwork, measurements: Sequence[Measurement],
+                    total: float) -> Any:
+    """``θ ↦ L(N·μ(θ))``: the measurements' negative log-likelihood (up to a constant, the
+    ``"auto"`` loss of Prox-PGM: L1 for Laplace-family, L2 for Gaussian-family noise) at the
+    expected counts of the model with log-potentials ``θ``, as a float.
+
+    The common ``loss_trace`` of the EM estimators (one value per iterate ``θ_k``).
+    """
+    terms, data = build_terms(network, measurements, "auto")
+
+    @jax.jit
+    def loss(theta: Any) -> Any:
+        mu = network.flatten(jt.marginals(network, theta)) * total
+        return terms_loss(network, terms, mu, data, jnp.asarray(0.0, mu.dtype))
+
+    return lambda theta: float(loss(jnp.asarray(theta)))

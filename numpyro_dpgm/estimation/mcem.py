@@ -16,13 +16,13 @@ The loop is :class:`numpyro_dpgm.infer.EM` with ``estep="mcmc"``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import jax
-
+from ..distributions.mrf import MarkovRandomField
 from ..measurements import Measurement
 from ..network import MarkovNetwork
+from .contract import estimator
 from .result import Result
 from .variational_em import run_em_estimator
 
@@ -31,14 +31,16 @@ __all__ = ["mcem"]
 Array = Any
 
 
+@estimator("mcem", legacy_positional=("total_count", "max_em_iters", "init"))
 def mcem(
     measurements: Sequence[Measurement],
-    network: MarkovNetwork,
-    total_count: int,
-    max_em_iters: int = 10,
-    init: str | Array = "naive",
+    network_or_domain: MarkovNetwork | Mapping[str, int],
     *,
-    key: Any = None,
+    total_count: float | None = None,
+    rng_key: Any = None,
+    init: str | MarkovRandomField | Array | None = None,
+    max_iters: int = 10,
+    callback: Callable[[int, float], None] | None = None,
     num_warmup: int = 200,
     first_draws: int = 25,
     last_draws: int = 400,
@@ -54,32 +56,35 @@ def mcem(
     measurements : sequence of Measurement
         Noisy answers (one noise family); every measured clique must lie in a clique of
         ``network``.
-    network : MarkovNetwork
-        Any network (not decomposable: the latent counts are its triangulation's tables).
-    total_count : int
-        ``N`` (public).
-    max_em_iters : int
-        EM iterations.
-    init : {"naive", "zeros"} or array
-        ``θ₀``: naive MLE with its default L2 rule, uniform, or given log-potentials.
-    key : JAX PRNG key, optional
+    network_or_domain, total_count, init :
+        As :func:`~numpyro_dpgm.estimation.variational_em.variational_em`.
+    rng_key : JAX PRNG key
+        The chains' randomness (as for
+        :func:`~numpyro_dpgm.estimation.variational_em.variational_em`, ``jax.random.key(0)``
+        with a ``DeprecationWarning`` when missing).
+    max_iters : int
+        EM iterations, the main loop.
+    callback : callable ``(iteration, loss) -> None``, optional
+        Called after every EM iteration ``t = 1, 2, ...`` with ``loss_trace[t]``.
     num_warmup, first_draws, last_draws, growth, max_tree_depth, chunk :
         :class:`~numpyro_dpgm.infer.estep.MCMCEStep` options (draws per E-step:
         ``min(last, first·growth^t)``, rounded up to multiples of ``chunk``).
     tol : float
         Stop when the model's clique marginals move by less than ``tol`` (L1, per clique);
         Monte-Carlo error keeps the change above a few ``/√draws``, so MCEM usually runs its
-        ``max_em_iters``.
+        ``max_iters``.
 
     Returns
     -------
     Result
-        ``loss_trace``: minus the mean log joint density of each E-step's draws; ``extras``:
-        ``n_hat`` (last E-step's mean), ``latent_network``, ``marginal_change``, ``init``,
+        ``loss_trace``: the measurements' negative log-likelihood at the model's expected
+        counts, ``L(N·μ(θ_t))`` for ``t = 0..iterations``; ``extras``: ``estep_objective``
+        (the mean log joint density of each E-step's draws), ``n_hat`` (last E-step's mean),
+        ``latent_network``, ``marginal_change``, ``init``, ``total_count``,
+        ``total_count_estimated``,
         ``relaxation_leak`` (as :func:`~numpyro_dpgm.estimation.variational_em.variational_em`).
     """
     options = dict(num_warmup=num_warmup, first_draws=first_draws, last_draws=last_draws,
                    growth=growth, max_tree_depth=max_tree_depth, chunk=chunk)
-    key = jax.random.key(0) if key is None else key
-    return run_em_estimator(measurements, network, total_count, init, key, max_em_iters, tol,
-                            "mcmc", options)
+    return run_em_estimator(measurements, network_or_domain, total_count, init, rng_key,
+                            max_iters, tol, "mcmc", options, callback)

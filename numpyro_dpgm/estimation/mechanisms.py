@@ -69,6 +69,7 @@ from ..privacy.conversions import approx_to_zcdp
 from ..privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.mechanisms import _check_neighbours, calibrate, marginal_sensitivity, release_tables
+from .contract import learner
 from .prox_pgm import MarginalOracle, prox_pgm
 from .result import Result
 
@@ -187,15 +188,16 @@ def _round_costs(
     return budget, fraction * eps_r, PureDP(fraction * eps_r), PureDP((1.0 - fraction) * eps_r)
 
 
+@learner(legacy_positional=("workload", "budget", "rounds"), budget_second=False)
 def mwem_pgm(
     data: Any,
     domain: Domain | Mapping[str, int] | None,
-    workload: Sequence[Iterable[str]],
-    budget: PrivacyCost | float,
-    rounds: int,
     *,
-    key: Any,
+    budget: PrivacyCost | float,
+    rng_key: Any,
     ledger: PrivacyLedger | None = None,
+    workload: Sequence[Iterable[str]],
+    rounds: int,
     mechanism: str = "gaussian",
     neighbours: str = "add_remove",
     selection_fraction: float = 0.1,
@@ -224,7 +226,7 @@ def mwem_pgm(
         or (ε, δ) budget; an (ε, δ) budget is spent in zCDP, ``ρ = approx_to_zcdp(ε, δ)``.
     rounds : int
         ``T``, the number of select–measure–update rounds.
-    key : JAX PRNG key or int
+    rng_key : JAX PRNG key or int
         Seeds the exponential mechanism and the noise: **simulation studies only**.
     ledger : PrivacyLedger, optional
         Debited with every selection and measurement; it must be able to pay the whole budget
@@ -272,6 +274,7 @@ def mwem_pgm(
     BudgetExceededError
         The ledger cannot pay the budget; nothing is spent.
     """
+    key = rng_key
     start = time.perf_counter()
     # -- data and domain ----------------------------------------------------------------------
     if isinstance(data, Dataset):
@@ -385,10 +388,10 @@ def mwem_pgm(
             model_cliques.append(choice)
         network = MarkovNetwork(dom, list(model_cliques))
         init = None if model is None else embed_theta(model.network, model.theta, network)
-        fit = prox_pgm(measurements, network, total_count=total_count, iters=int(iters),
+        fit = prox_pgm(measurements, network, total_count=total_count, max_iters=int(iters),
                        oracle=oracle, init=init)
         model = fit.model
-        scale = float(fit.extras["total"])
+        scale = float(fit.extras["total_count"])
         errors.append(workload_error(model, true_tables))
         if callback is not None:
             callback(r + 1, {"selected": choice, "error": errors[-1]})

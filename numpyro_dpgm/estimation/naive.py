@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -34,10 +34,18 @@ import numpy as np
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique
 from ..inference.mle import fit_theta, solve_mle
-from ..measurements import Measurement, estimate_total
+from ..measurements import Measurement
 from ..metrics import embed_theta
 from ..network import MarkovNetwork
 from ..tables import CliqueTables, project_table
+from .contract import (
+    check_max_iters,
+    estimator,
+    resolve_init,
+    resolve_network,
+    resolve_total,
+    total_extras,
+)
 from .result import Result
 
 __all__ = [
@@ -349,18 +357,22 @@ def _combine(
     return combined, tuple(ignored)
 
 
+@estimator("naive", legacy_positional=("total_count", "l2"))
 def naive_mle(
     measurements: Sequence[Measurement],
-    network: MarkovNetwork,
-    total_count: float | None,
-    l2: float | None = None,
+    network_or_domain: MarkovNetwork | Mapping[str, int],
     *,
+    total_count: float | None = None,
+    rng_key: Any = None,
+    init: Any = None,
+    max_iters: int = 1000,
+    callback: Callable[[int, float], None] | None = None,
+    l2: float | None = None,
     l2_floor: float = DEFAULT_L2_FLOOR,
     l2_scale: float = 1.0,
     unmeasured: str = "error",
     non_identity: str = "error",
     tol: float = 1e-8,
-    max_iters: int = 1000,
     memory_size: int = 10,
     method: str = "min_fill",
 ) -> Result:
@@ -376,12 +388,22 @@ def naive_mle(
     measurements : sequence of Measurement
         Noisy tables. Each measurement's clique must be a clique of ``network`` up to the order
         of its attributes (tables are transposed to the network's order).
-    network : MarkovNetwork
-        The model's cliques.
+    network_or_domain : MarkovNetwork, Domain or mapping attribute -> size
+        The model's cliques; given a domain, the maximal measured cliques.
     total_count : float or None
         ``N``, treated as public. ``None`` estimates it from the measurements (the
         inverse-variance weighted average of the noisy table sums, clipped below at 1), which is
         post-processing of the release.
+    rng_key : JAX PRNG key, optional
+        Accepted for the estimators' common contract and ignored (naive MLE is deterministic).
+    init : MarkovRandomField or array, optional
+        Warm start of L-BFGS: a previous fit's model or log-potentials in the network's layout
+        (entries of unmeasured cliques are ignored). ``None``: ``θ = 0``.
+    max_iters : int
+        Iteration limit of L-BFGS (the main loop).
+    callback : callable ``(iteration, loss) -> None``, optional
+        Called once after the fit with every entry of the loss trace, ``(k, loss_trace[k])``
+        for ``k = 0..iterations`` (L-BFGS runs compiled, in one piece).
     l2 : float, optional
         L2 strength ``λ`` for every parameter. ``None`` (default) applies the documented rule of
         :func:`default_l2` per clique: ``λ_C = max(b_C / N, l2_floor)``, where ``b_C`` is the
@@ -402,7 +424,7 @@ def naive_mle(
         Measurements of general linear queries (not the identity) cannot be projected onto the
         simplex: ``"error"`` (default) raises, ``"ignore"`` skips them (listed in
         ``extras["ignored"]``).
-    tol, max_iters, memory_size, method
+    tol, memory_size, method
         Passed to :func:`fit_mle`.
 
     Returns
@@ -433,8 +455,6 @@ def naive_mle(
         (by default), ``total_count ≤ 0``, a negative ``l2``, or unknown option values.
     """
     start = time.perf_counter()
-    if not isinstance(network, MarkovNetwork):
-        raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
     if unmeasured not in ("error", "zero"):
         raise ValueError(f"unmeasured must be 'error' or 'zero', got {unmeasured!r}")
     if non_identity not in ("error", "ignore"):
@@ -444,6 +464,9 @@ def naive_mle(
     measurements = list(measurements)
     if not measurements:
         raise ValueError("naive_mle needs at least one measurement")
+    network, measurements = resolve_network(network_or_domain, measurements)
+    max_iters = check_max_iters(max_iters)
+    theta_init = resolve_init(init, network)
     if l2 is not None:
         lam_given = float(l2)
         if not math.isfinite(lam_given) or lam_given < 0:
@@ -459,13 +482,8 @@ def naive_mle(
             "from the network, or pass unmeasured='zero' to hold their log-potentials at zero"
         )
 
-    if total_count is None:
-        used = [m for k, m in enumerate(measurements) if k not in ignored]
-        n_total, estimated = float(estimate_total(used)), True
-    else:
-        n_total, estimated = float(total_count), False
-        if not math.isfinite(n_total) or n_total <= 0:
-            raise ValueError(f"total_count must be a positive number, got {total_count}")
+    n_total, estimated = resolve_total(
+        total_count, [m for k, m in enumerate(measurements) if k not in ignored])
 
     fit_net = network if not missing else MarkovNetwork(
         network.domain, [c for c in network.cliques if c in combined])
@@ -485,15 +503,20 @@ def naive_mle(
         c: project_simplex(jnp.asarray(combined[c].table / n_total, dtype=dtype))
         for c in fit_net.cliques
     })
-    fit = fit_mle(fit_net, mu_tilde, lam, tol=tol, max_iters=max_iters,
+    if theta_init is not None and fit_net is not network:
+        theta_init = jnp.concatenate([theta_init[network.slice_of(c)] for c in fit_net.cliques])
+    fit = fit_mle(fit_net, mu_tilde, lam, init=theta_init, tol=tol, max_iters=max_iters,
                   memory_size=memory_size, method=method)
+    if callback is not None:
+        for k, value in enumerate(np.asarray(fit.loss_trace)):
+            callback(k, float(value))
     theta = fit.theta if fit_net is network else embed_theta(fit_net, fit.theta, network)
     extras = {
         "l2": lam,
         "l2_rule": rule,
         "noise_scale": scales,
-        "total_count": n_total,
-        "total_count_estimated": estimated,
+        **total_extras(n_total, estimated),
+        "init": "zeros" if theta_init is None else "given",
         "mu_tilde": mu_tilde,
         "unmeasured": missing,
         "ignored": ignored,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._cache import LRUCache
+from ..distributions.mrf import MarkovRandomField
 from ..distributions.relaxation import warn_if_leaky
 from ..infer.bayes import noisy_marginals_model, run_nuts
 from ..infer.estep import estep_engine
@@ -35,6 +36,15 @@ from ..inference import junction_tree as jt
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from .cgm_em import em_start
+from .contract import (
+    check_max_iters,
+    estimator,
+    resolve_init,
+    resolve_network,
+    resolve_total,
+    stochastic_key,
+    total_extras,
+)
 from .naive import fit_mle
 from .result import Result
 
@@ -57,21 +67,23 @@ def _bayes_model(network: MarkovNetwork, measurements: Sequence[Measurement], to
     return _MODELS.setdefault(key, model), jnp.asarray(model.y)
 
 
+@estimator("posterior-mean", legacy_positional=("total_count", "method"),
+           renamed={"svi_steps": "max_iters", "num_samples": "max_iters"})
 def posterior_mean(
     measurements: Sequence[Measurement],
-    network: MarkovNetwork,
-    total_count: int,
-    method: str = "svi",
+    network_or_domain: MarkovNetwork | Mapping[str, int],
     *,
-    key: Any = None,
+    total_count: float | None = None,
+    rng_key: Any = None,
+    init: str | MarkovRandomField | Array | None = None,
+    max_iters: int | None = None,
+    callback: Callable[[int, float], None] | None = None,
+    method: str = "svi",
     prior_scale: float = 3.0,
     num_warmup: int = 500,
-    num_samples: int = 500,
     num_chains: int = 1,
-    svi_steps: int = 2000,
     learning_rate: float = 0.02,
     svi_draws: int = 256,
-    init: str = "uniform",
 ) -> Result:
     """Fit the max-ent model to the posterior mean of the clique marginals.
 
@@ -79,29 +91,40 @@ def posterior_mean(
     ----------
     measurements : sequence of Measurement
         Noisy answers (one noise family).
-    network : MarkovNetwork
-        Any network (not decomposable: the latent counts are its triangulation's tables).
-    total_count : int
-        ``N`` (public).
+    network_or_domain, total_count :
+        As :func:`~numpyro_dpgm.estimation.variational_em.variational_em`.
+    rng_key : JAX PRNG key
+        The sampler's or optimiser's randomness (as for
+        :func:`~numpyro_dpgm.estimation.variational_em.variational_em`, ``jax.random.key(0)``
+        with a ``DeprecationWarning`` when missing).
+    init : None, "uniform", "em", MarkovRandomField or array
+        Starting point. ``None`` or ``"uniform"``: uniform tables and ``φ = 0`` (the only start
+        of the SVI guide). With ``method="nuts"`` also ``"em"``, the NLBP-EM estimate
+        (:func:`~numpyro_dpgm.estimation.cgm_em.em_start`), or a warm start from a previous
+        fit's model or log-potentials θ (the chains start at ``φ(θ)`` and ``n = N·μ(θ)``).
+    max_iters : int, optional
+        The main loop: SVI steps (``method="svi"``, default 2000) or NUTS draws per chain after
+        the warm-up (``method="nuts"``, default 500).
+    callback : callable ``(iteration, loss) -> None``, optional
+        Called once after the main loop with every entry of ``loss_trace`` (the loop runs
+        compiled, in one piece).
     method : {"svi", "nuts"}
         How the posterior mean is computed (see the module notes).
-    key : JAX PRNG key, optional
     prior_scale : float
         Standard deviation of the Normal prior on each reference-coded parameter.
-    num_warmup, num_samples, num_chains :
+    num_warmup, num_chains :
         NUTS options.
-    svi_steps, learning_rate, svi_draws :
+    learning_rate, svi_draws :
         SVI options (``AutoNormal`` guide; ``svi_draws`` guide draws average ``μ``).
-    init : {"uniform", "em"}
-        Starting point of the chains (NUTS): uniform tables and ``φ = 0``, or the NLBP-EM
-        estimate (:func:`~numpyro_dpgm.estimation.cgm_em.em_start`). The guide starts
-        at uniform tables and ``φ = 0``.
 
     Returns
     -------
     Result
-        ``loss_trace``: the final negative ELBO (SVI) or the potential energy per draw
-        (NUTS); ``extras``: ``mu_mean`` (posterior mean of the marginals, network layout),
+        ``loss_trace``: SVI: the negative ELBO (single-particle estimate) at the start and
+        after every step, ``iterations + 1`` values; NUTS: the potential energy of every draw
+        (chains concatenated). ``iterations``: SVI steps or NUTS draws per chain. ``extras``:
+        ``total_count``, ``total_count_estimated``, ``init``, ``mu_mean`` (posterior mean of
+        the marginals, network layout),
         ``mu_sd`` (their posterior sd), ``maxent_grad_norm`` (how well the returned model
         matches ``mu_mean``), ``method``, ``relaxation_leak`` (the largest
         :func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak` at the returned model; above
@@ -109,30 +132,50 @@ def posterior_mean(
         NUTS adds ``divergences``.
     """
     start = time.perf_counter()
-    if not isinstance(network, MarkovNetwork):
-        raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
+    network, measurements = resolve_network(network_or_domain, measurements)
+    total_count, estimated = resolve_total(total_count, measurements)
+    if estimated:  # the latent counts sum to an integer N
+        total_count = float(max(1, round(total_count)))
     if method not in ("svi", "nuts"):
         raise ValueError(f"method must be 'svi' or 'nuts', got {method!r}")
-    key = jax.random.key(0) if key is None else key
+    steps = check_max_iters((2000 if method == "svi" else 500) if max_iters is None
+                            else max_iters)
+    init = resolve_init(init, network, named=("uniform", "em"))
+    if method == "svi" and init not in (None, "uniform"):
+        raise ValueError("the SVI guide starts at uniform tables: init must be None or "
+                         f"'uniform' with method='svi', got {init!r}; use method='nuts' to "
+                         "start from 'em' or a previous fit")
+    how = "given" if init is not None and not isinstance(init, str) else (init or "uniform")
+    key = stochastic_key(rng_key, "posterior_mean")
     model, y = _bayes_model(network, measurements, total_count, prior_scale)
-    extras: dict[str, Any] = {"method": method}
+    extras: dict[str, Any] = {"method": method, "init": how,
+                              **total_extras(total_count, estimated)}
     if method == "nuts":
-        mcmc = run_nuts(model, key, num_warmup=num_warmup, num_samples=num_samples,
-                        num_chains=num_chains, init=em_start(model) if init == "em" else init,
-                        chain_method="vectorized",
+        if how == "em":
+            start_values: Any = em_start(model)
+        elif how == "given":
+            latent = model.latent_network
+            start_values = {"phi": model.coding.from_theta(init), "n": total_count
+                            * latent.flatten(jt.marginals(latent, model.latent_theta(init)))}
+        else:
+            start_values = "uniform"
+        mcmc = run_nuts(model, key, num_warmup=num_warmup, num_samples=steps,
+                        num_chains=num_chains, init=start_values, chain_method="vectorized",
                         max_tree_depth=8)
         phi = mcmc.get_samples()["phi"]
         loss = np.asarray(mcmc.get_extra_fields()["potential_energy"])
         extras["divergences"] = int(np.sum(mcmc.get_extra_fields()["diverging"]))
     else:
-        options = dict(guide="normal", first_steps=svi_steps, steps=svi_steps,
+        options = dict(guide="normal", first_steps=steps, steps=steps,
                        learning_rate=learning_rate, mean_draws=1)
         engine = estep_engine("variational", model, "n", options)
         k_fit, k_draw = jax.random.split(key)
-        res = engine(k_fit, {}, (y,), {})
+        engine(k_fit, {}, (y,), {})
         phi = _guide_draws(engine.guide, svi_draws, k_draw, engine.svi.get_params(engine.state),
                            y)
-        loss = np.asarray([-res.objective])
+        # numpyro's per-step loss is taken before each update: append the final point's
+        final = engine.svi.evaluate(engine.state, {}, y)
+        loss = np.append(engine.losses, float(final))
     mu = _marginals(network, model.coding, phi)
     mu_mean, mu_sd = jnp.mean(mu, axis=0), jnp.std(mu, axis=0)
     fit = fit_mle(network, mu_mean, 0.0, max_iters=2000)
@@ -141,7 +184,11 @@ def posterior_mean(
                   relaxation_leak=warn_if_leaky(
                       model.latent_network, model.latent_theta(fit.model.theta), total_count,
                       "posterior_mean", stacklevel=3))
-    return Result(model=fit.model, loss_trace=loss, iterations=int(len(loss)),
+    if callback is not None:
+        for k, value in enumerate(loss):
+            callback(k, float(value))
+    return Result(model=fit.model, loss_trace=loss,
+                  iterations=steps if method == "svi" else int(len(loss)),
                   converged=bool(fit.converged), elapsed=time.perf_counter() - start,
                   extras=extras)
 

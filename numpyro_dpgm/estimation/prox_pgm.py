@@ -70,13 +70,21 @@ from ..inference.gbp import ConvexGBPOracle
 from ..measurements import Measurement, estimate_total
 from ..network import MarkovNetwork
 from ..tables import CliqueTables, project_table
+from .contract import (
+    check_attributes,
+    check_max_iters,
+    estimator,
+    network_from_measurements,
+    resolve_init,
+    resolve_total,
+    total_extras,
+)
 from .losses import (
     LossTerm,
     build_terms,
     check_measurements,
     lipschitz_bound,
     measurement_loss,
-    network_from_measurements,
     terms_loss,
 )
 from .naive import fit_mle
@@ -493,19 +501,21 @@ def _resume(
 # ------------------------------------------------------------------------------------------------
 # Public entry point
 # ------------------------------------------------------------------------------------------------
+@estimator("prox-pgm", legacy_positional=("total_count", "iters", "oracle", "loss"))
 def prox_pgm(
     measurements: Sequence[Measurement],
     network_or_domain: MarkovNetwork | Domain | Mapping[str, int],
+    *,
     total_count: float | None = None,
-    iters: int = 1000,
+    rng_key: Any = None,
+    init: MarkovRandomField | Array | None = None,
+    max_iters: int = 1000,
+    callback: Callable[[int, float], None] | None = None,
     oracle: str | MarginalOracle | Callable[[MarkovNetwork], MarginalOracle] = "exact",
     loss: str | Callable[[CliqueTables], Array] = "auto",
-    *,
     step_size: float | None = None,
     tol: float = 1e-12,
     window: int = 10,
-    init: MarkovRandomField | Array | None = None,
-    callback: Callable[[int, float], None] | None = None,
     callback_every: int = 100,
 ) -> Result:
     """Fit a graphical model to noisy linear measurements of its marginals (Prox-PGM).
@@ -527,8 +537,17 @@ def prox_pgm(
     total_count : float, optional
         The number of records ``N`` (> 0). ``None`` estimates it from the measurements by
         inverse-variance weighting (:func:`estimate_total`), clipped below at 1.
-    iters : int
+    rng_key : JAX PRNG key, optional
+        Accepted for the estimators' common contract and ignored (Prox-PGM is deterministic).
+    init : MarkovRandomField or array, optional
+        Warm start: log-potentials in the network's layout (or a model over the same network),
+        e.g. a previous fit's ``model``. ``None``: ``θ = 0``, the uniform distribution.
+    max_iters : int
         Maximum number of mirror-descent iterations (each costs one oracle call).
+    callback : callable ``(iteration, loss) -> None``, optional
+        Called with ``(0, L(θ₀))`` before the first iteration, then every ``callback_every``
+        iterations and once at the end, with the number of iterations done and the loss
+        (progress reporting; the compiled loop runs in blocks of ``callback_every``).
     oracle : "exact", MarginalOracle, or callable network -> MarginalOracle
         The marginal oracle. ``"exact"`` is the junction tree (:class:`ExactOracle`). An
         approximate oracle with a warm-startable state (e.g. Convex-GBP) makes this APPGM.
@@ -546,15 +565,12 @@ def prox_pgm(
     tol : float
         Stop when the loss decreased by at most ``tol·max(1, |L|)`` over the last ``window``
         iterations (with L1 terms: at the last smoothing level, the one whose gap ``s·m/2``
-        is at most ``tol·max(1, |L|)``). ``0`` runs all ``iters`` unless the loss stops
+        is at most ``tol·max(1, |L|)``). ``0`` runs all ``max_iters`` unless the loss stops
         changing exactly. The loss is a negative log-likelihood, so ``tol`` is in nats.
     window : int
         Number of iterations the stopping rule looks back over.
-    init : MarkovRandomField or array, optional
-        Warm start: log-potentials in the network's layout (or a model over the same network).
-    callback : callable ``(iteration, loss) -> None``, optional
-        Called every ``callback_every`` iterations (progress reporting).
     callback_every : int
+        Iterations between two calls of ``callback``.
 
     Returns
     -------
@@ -566,9 +582,9 @@ def prox_pgm(
         distribution with those marginals.
         ``loss_trace``: ``L`` after ``0..iterations`` iterations (non-increasing for smooth
         losses; see the module notes for L1).
-        ``converged``: whether the stopping rule fired before ``iters``. ``extras``:
-        ``total`` (the ``N`` used), ``total_estimated`` (bool), ``marginals`` (the oracle's
-        count-scale clique marginals at ``θ̂``, :class:`CliqueTables`), ``log_partition``,
+        ``converged``: whether the stopping rule fired before ``max_iters``. ``extras``:
+        ``total_count`` (the ``N`` used), ``total_count_estimated`` (bool), ``marginals`` (the
+        oracle's count-scale clique marginals at ``θ̂``, :class:`CliqueTables`), ``log_partition``,
         ``step_size`` (final ``α``), ``initial_step_size``, ``rejected_steps``,
         ``objective_trace`` (the smoothed objective; equal to ``loss_trace`` without L1 terms),
         ``smoothing`` (final ``s``), ``loss_kinds`` (per measurement), ``oracle``,
@@ -581,7 +597,7 @@ def prox_pgm(
     ValueError
         Wrong number of values for a clique, a measurement outside every network clique, a
         non-positive or non-finite total, an unknown loss or oracle, no measurements, or
-        ``iters < 1``.
+        ``max_iters < 1``.
     TypeError
         Arguments of the wrong type.
 
@@ -610,6 +626,7 @@ def prox_pgm(
             "network_or_domain must be a MarkovNetwork, a Domain or a mapping attribute -> size; "
             f"got {type(network_or_domain).__name__}"
         )
+    check_attributes(measurements, domain)
     measurements = check_measurements(measurements, domain)
     custom = None
     if callable(loss) and not isinstance(loss, str):
@@ -618,7 +635,7 @@ def prox_pgm(
         raise ValueError(f"unknown loss {loss!r}; use 'auto', 'l1', 'l2' or a callable")
     if not measurements and (custom is None or network is None):
         raise ValueError(
-            "no measurements: give at least one (or a network and a callable loss)"
+            "no measurements: give at least one measurement (or a network and a callable loss)"
         )
     if network is None:
         network = network_from_measurements(domain, measurements)
@@ -626,9 +643,7 @@ def prox_pgm(
         raise ValueError("the network has no cliques: there is nothing to estimate")
 
     # -- options -----------------------------------------------------------------------------
-    if isinstance(iters, bool) or not isinstance(iters, int | np.integer) or iters < 1:
-        raise ValueError(f"iters must be a positive integer, got {iters!r}")
-    iters = int(iters)
+    iters = check_max_iters(max_iters)
     if not isinstance(window, int | np.integer) or window < 1:
         raise ValueError(f"window must be a positive integer, got {window!r}")
     if not math.isfinite(float(tol)) or tol < 0:
@@ -637,21 +652,7 @@ def prox_pgm(
         raise ValueError(f"callback_every must be a positive integer, got {callback_every!r}")
 
     # -- total -------------------------------------------------------------------------------
-    estimated = total_count is None
-    if estimated:
-        try:
-            total_count = estimate_total(measurements)
-        except ValueError:
-            raise ValueError(
-                "cannot estimate the total: no measurement's query determines the sum of its "
-                "table; pass total_count"
-            ) from None
-    try:
-        total = float(total_count)
-    except (TypeError, ValueError):
-        raise TypeError(f"total_count must be a number, got {total_count!r}") from None
-    if not math.isfinite(total) or total <= 0:
-        raise ValueError(f"total_count must be a positive finite number, got {total_count!r}")
+    total, estimated = resolve_total(total_count, measurements)
 
     # -- loss, oracle, start point -----------------------------------------------------------
     kind = "auto" if custom is not None else loss
@@ -661,18 +662,9 @@ def prox_pgm(
         data = ()
     the_oracle = _resolve_oracle(oracle, network)
     dtype = jnp.result_type(float)
-    if init is None:
-        theta0 = jnp.zeros(network.num_params, dtype=dtype)
-    else:
-        if isinstance(init, MarkovRandomField):
-            if init.network != network:
-                raise ValueError("init is a model over a different network")
-            init = init.theta
-        theta0 = jnp.asarray(init, dtype=dtype)
-        if theta0.shape != (network.num_params,):
-            raise ValueError(
-                f"init has shape {theta0.shape}; the network needs ({network.num_params},)"
-            )
+    theta0 = resolve_init(init, network)
+    theta0 = (jnp.zeros(network.num_params, dtype=dtype) if theta0 is None
+              else theta0.astype(dtype))
 
     num_l1 = sum(int(d.values.size) for term, d in zip(terms, data, strict=False)
                  if term.kind == "l1") if custom is None else 0
@@ -711,8 +703,7 @@ def prox_pgm(
         theta, model_fit = _max_entropy_model(network, state.mu / total, state.theta)
     model = MarkovRandomField(network, theta)
     extras = {
-        "total": total,
-        "total_estimated": estimated,
+        **total_extras(total, estimated),
         "marginals": network.unflatten(state.mu),
         "log_partition": state.log_z,
         "step_size": float(state.alpha),
@@ -764,7 +755,7 @@ def answer_queries(
     """
     if isinstance(model, Result):
         if total is None:
-            total = model.extras.get("total", 1.0)
+            total = model.extras.get("total_count", 1.0)
         model = model.model
     if not isinstance(model, MarkovRandomField):
         raise TypeError(

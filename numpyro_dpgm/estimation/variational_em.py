@@ -33,10 +33,9 @@ shape.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -50,6 +49,16 @@ from ..infer.bayes import noisy_marginals_model
 from ..infer.em import EM
 from ..measurements import Measurement
 from ..network import MarkovNetwork
+from .contract import (
+    check_max_iters,
+    estimator,
+    resolve_init,
+    resolve_network,
+    resolve_total,
+    stochastic_key,
+    total_extras,
+)
+from .losses import measurement_nll
 from .naive import naive_mle
 from .result import Result
 
@@ -139,60 +148,71 @@ def model_arguments(model: Callable[..., None]) -> tuple[Array, Array, Array]:
 # the estimator
 # ------------------------------------------------------------------------------------------------
 def initial_theta(measurements: Sequence[Measurement], network: MarkovNetwork,
-                  total_count: float, init: str | Array) -> tuple[Array, str]:
-    """``θ₀`` for EM: ``"naive"`` (naive MLE, default L2 rule), ``"zeros"`` or given."""
+                  total_count: float, init: Any) -> tuple[Array, str]:
+    """``θ₀`` for EM: ``None``/``"naive"`` (naive MLE, default L2 rule), ``"zeros"``, or a
+    warm start (a :class:`MarkovRandomField` over ``network`` or log-potentials)."""
+    init = resolve_init(init, network, named=("naive", "zeros"))
+    if init is None or init == "naive":
+        return naive_mle(measurements, network, total_count=total_count).model.theta, "naive"
     if isinstance(init, str):
-        if init == "naive":
-            return naive_mle(measurements, network, total_count).model.theta, "naive"
-        if init == "zeros":
-            return jnp.zeros(network.num_params), "zeros"
-        raise ValueError(f"init must be 'naive', 'zeros' or an array, got {init!r}")
-    theta = jnp.asarray(init, dtype=jnp.result_type(float))
-    if theta.shape != (network.num_params,):
-        raise ValueError(f"init has shape {theta.shape}; expected ({network.num_params},)")
-    return theta, "given"
+        return jnp.zeros(network.num_params), "zeros"
+    return init, "given"
 
 
 def run_em_estimator(
-    measurements: Sequence[Measurement], network: MarkovNetwork, total_count: int,
-    init: str | Array, key: Any, max_em_iters: int, tol: float, estep: str,
-    estep_options: dict,
+    measurements: Sequence[Measurement], network_or_domain: Any, total_count: float | None,
+    init: Any, rng_key: Any, max_iters: int, tol: float, estep: str,
+    estep_options: dict, callback: Callable[[int, float], None] | None = None,
 ) -> Result:
     """Shared body of :func:`variational_em` and :func:`~numpyro_dpgm.estimation.mcem.mcem`."""
     start = time.perf_counter()
-    if not isinstance(network, MarkovNetwork):
-        raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
-    theta0, how = initial_theta(measurements, network, total_count, init)
-    model = latent_counts_model(network, measurements, total_count)
+    name = {"variational": "variational_em", "mcmc": "mcem"}[estep]
+    network, measurements = resolve_network(network_or_domain, measurements)
+    total, estimated = resolve_total(total_count, measurements)
+    if estimated:  # the latent counts sum to an integer N
+        total = float(max(1, round(total)))
+    max_iters = check_max_iters(max_iters)
+    key = stochastic_key(rng_key, name, stacklevel=5)
+    theta0, how = initial_theta(measurements, network, total, init)
+    model = latent_counts_model(network, measurements, total)
     readout = model.readout  # type: ignore[attr-defined]
-    leak = warn_if_leaky(readout.latent_network, readout.latent_theta(theta0), total_count,
-                         {"variational": "variational_em", "mcmc": "mcem"}[estep], stacklevel=4)
-    key = jax.random.key(0) if key is None else key
-    em = EM(model, latent="n", max_iters=max_em_iters, tol=tol, estep=estep,
+    leak = warn_if_leaky(readout.latent_network, readout.latent_theta(theta0), total, name,
+                         stacklevel=4)
+    nll = measurement_nll(network, measurements, total)
+    losses = [nll(theta0)]
+
+    def record(iteration: int, params: dict) -> None:
+        losses.append(nll(params["theta"]))
+        if callback is not None:
+            callback(iteration, losses[-1])
+
+    em = EM(model, latent="n", max_iters=max_iters, tol=tol, estep=estep,
             estep_options=estep_options)
-    fit = em.run(key, *model_arguments(model), init_params={"theta": theta0})
+    fit = em.run(key, *model_arguments(model), init_params={"theta": theta0}, callback=record)
     theta = fit.params["theta"]
     return Result(
         model=MarkovRandomField(network, theta),
-        loss_trace=-np.asarray(fit.estep_objective),
+        loss_trace=np.asarray(losses),
         iterations=fit.iterations,
         converged=fit.converged,
         elapsed=time.perf_counter() - start,
         extras={"n_hat": fit.n, "marginal_change": np.asarray(fit.marginal_change),
                 "estep_objective": np.asarray(fit.estep_objective), "init": how,
                 "latent_network": readout.latent_network, "estep": estep,
-                "relaxation_leak": leak},
+                "relaxation_leak": leak, **total_extras(total, estimated)},
     )
 
 
+@estimator("variational-em", legacy_positional=("total_count", "max_em_iters", "init"))
 def variational_em(
     measurements: Sequence[Measurement],
-    network: MarkovNetwork,
-    total_count: int,
-    max_em_iters: int = 10,
-    init: str | Array = "naive",
+    network_or_domain: MarkovNetwork | Mapping[str, int],
     *,
-    key: Any = None,
+    total_count: float | None = None,
+    rng_key: Any = None,
+    init: str | MarkovRandomField | Array | None = None,
+    max_iters: int = 10,
+    callback: Callable[[int, float], None] | None = None,
     guide: str = "normal",
     first_steps: int = 1000,
     steps: int = 200,
@@ -207,16 +227,25 @@ def variational_em(
     ----------
     measurements : sequence of Measurement
         Noisy answers (one noise family); every measured clique must lie in a clique of
-        ``network``.
-    network : MarkovNetwork
-        Any network (not decomposable: the latent counts are its triangulation's tables).
-    total_count : int
-        ``N`` (public).
-    max_em_iters : int
-        EM iterations (E-step: SVI on the guide; M-step: moment matching on ``E_q[n]``).
-    init : {"naive", "zeros"} or array
-        ``θ₀``: naive MLE with its default L2 rule, uniform, or given log-potentials.
-    key : JAX PRNG key, optional
+        the network.
+    network_or_domain : MarkovNetwork, Domain or mapping attribute -> size
+        Any network (not decomposable: the latent counts are its triangulation's tables);
+        given a domain, the maximal measured cliques.
+    total_count : float, optional
+        ``N`` (public); ``None`` estimates it from the measurements (no privacy cost), rounded
+        to an integer (the latent counts sum to ``N``).
+    rng_key : JAX PRNG key
+        The SVI runs' randomness. Stochastic, so it should be given: without it
+        ``jax.random.key(0)`` is used with a ``DeprecationWarning`` (required from the next
+        release).
+    init : None, "naive", "zeros", MarkovRandomField or array
+        ``θ₀``: naive MLE with its default L2 rule (``None`` or ``"naive"``), uniform
+        (``"zeros"``), or a warm start (a previous fit's model or log-potentials).
+    max_iters : int
+        EM iterations, the main loop (E-step: SVI on the guide; M-step: moment matching on
+        ``E_q[n]``).
+    callback : callable ``(iteration, loss) -> None``, optional
+        Called after every EM iteration ``t = 1, 2, ...`` with ``loss_trace[t]``.
     guide, first_steps, steps, learning_rate, num_particles, mean_draws :
         :class:`~numpyro_dpgm.infer.estep.VariationalEStep` options.
     tol : float
@@ -225,9 +254,12 @@ def variational_em(
     Returns
     -------
     Result
-        ``loss_trace``: the negative ELBO after each E-step; ``extras``: ``n_hat`` (last
-        ``E_q[n]``, latent layout), ``latent_network``, ``marginal_change``, ``init``,
-        ``relaxation_leak`` (largest
+        ``loss_trace``: the measurements' negative log-likelihood at the model's expected
+        counts, ``L(N·μ(θ_t))`` for ``t = 0..iterations``
+        (:func:`~numpyro_dpgm.estimation.losses.measurement_nll`); ``extras``:
+        ``estep_objective`` (the ELBO of each E-step), ``n_hat`` (last ``E_q[n]``, latent
+        layout), ``latent_network``, ``marginal_change``, ``init``, ``total_count``,
+        ``total_count_estimated``, ``relaxation_leak`` (largest
         :func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak` at ``θ₀``;
         above 0.01 a :class:`~numpyro_dpgm.distributions.relaxation.RelaxationWarning` is
         issued).
@@ -235,5 +267,5 @@ def variational_em(
     options = dict(guide=guide, first_steps=first_steps, steps=steps,
                    learning_rate=learning_rate, num_particles=num_particles,
                    mean_draws=mean_draws)
-    return run_em_estimator(measurements, network, total_count, init, key, max_em_iters, tol,
-                            "variational", options)
+    return run_em_estimator(measurements, network_or_domain, total_count, init, rng_key,
+                            max_iters, tol, "variational", options, callback)

@@ -369,8 +369,8 @@ def _runtime(net, evidence, y, total, lam, b, records, eps, psgd_options, base, 
     # the public estimators end to end (validation, compiled programs, host transfers)
     meas = [Measurement(c, np.asarray(y[net.slice_of(c)]), Laplace(float(b)))
             for c in net.cliques]
-    naive_mle(meas, net, float(total))
-    _, t_naive_api = _timed(lambda: naive_mle(meas, net, float(total)).theta)
+    naive_mle(meas, net, total_count=float(total))
+    _, t_naive_api = _timed(lambda: naive_mle(meas, net, total_count=float(total)).theta)
     t_psgd = float(np.median(psgd_times)) if psgd_times else math.nan
     return {**base, "N": n, "epsilon": eps, "naive_s": t_naive, "cgm_em_s": t_em,
             "psgd_s": t_psgd, "naive_api_s": t_naive_api,

@@ -107,9 +107,9 @@ def run_demo(
 
     fits: dict[str, Any] = {}
     for name, fit in (
-        ("naive MLE", lambda: naive_mle(meas, network, total)),
-        ("CGM-EM", lambda: cgm_em(meas, network, total, max_em_iters=em_iters)),
-        ("Prox-PGM", lambda: prox_pgm(meas, network, total_count=total, iters=prox_iters)),
+        ("naive MLE", lambda: naive_mle(meas, network, total_count=total)),
+        ("CGM-EM", lambda: cgm_em(meas, network, total_count=total, max_iters=em_iters)),
+        ("Prox-PGM", lambda: prox_pgm(meas, network, total_count=total, max_iters=prox_iters)),
     ):
         progress(f"fitting {name}")
         t0 = time.perf_counter()

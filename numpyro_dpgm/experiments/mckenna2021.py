@@ -141,7 +141,7 @@ def _adult(cfg: dict, verbose: bool, log: Path | None = None) -> tuple[list[dict
                     continue
                 iters = cfg["iters_exact"] if name == "exact" else cfg["iters_approx"]
                 t0 = time.perf_counter()
-                fit = prox_pgm(ms, network, total_count=total, iters=iters, oracle=factory,
+                fit = prox_pgm(ms, network, total_count=total, max_iters=iters, oracle=factory,
                                tol=0.0)
                 err = _tvd(fit.extras["marginals"], truth, total)
                 rows.append({"epsilon": eps, "oracle": name, "trial": trial, "error": err,
@@ -213,10 +213,10 @@ def _scalability(cfg: dict, verbose: bool, log: Path | None = None) -> list[dict
             else:
                 try:
                     # the same call twice: the first compiles, the second is timed
-                    prox_pgm(ms, net, total_count=10_000, iters=cfg["scal_iters"],
+                    prox_pgm(ms, net, total_count=10_000, max_iters=cfg["scal_iters"],
                              oracle=factory, tol=0.0)
                     t0 = time.perf_counter()
-                    fit = prox_pgm(ms, net, total_count=10_000, iters=cfg["scal_iters"],
+                    fit = prox_pgm(ms, net, total_count=10_000, max_iters=cfg["scal_iters"],
                                    oracle=factory, tol=0.0)
                     row["seconds_per_iteration"] = ((time.perf_counter() - t0)
                                                     / max(fit.iterations, 1))

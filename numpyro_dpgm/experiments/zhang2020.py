@@ -184,10 +184,10 @@ def _structure_study(
                     z, epsilon, DELTA, min_edge_weight=eta, width=lam, key=key
                 ).edges,
                 "Alg. 2 + threshold, zCDP": _threshold_edges(
-                    learn_ising(z, rho, width=lam, key=key).extras["A"], eta
+                    learn_ising(z, budget=rho, width=lam, rng_key=key).extras["A"], eta
                 ),
                 "Alg. 2 + threshold, non-private": _threshold_edges(
-                    learn_ising(z, None, width=lam, iterations=300).extras["A"], eta
+                    learn_ising(z, budget=None, width=lam, iterations=300).extras["A"], eta
                 ),
             }
             for method, got in found.items():
@@ -217,8 +217,8 @@ def _dimension_study(
         for rep in range(reps):
             codes = np.asarray(model.sample(jax.random.key(1000 * p + rep), (n,)))
             key = jax.random.key(rep)
-            zcdp = learn_ising(codes, rho, width=lam, key=key, coding="code").extras["A"]
-            nonpriv = learn_ising(codes, None, width=lam, iterations=300, coding="code")
+            zcdp = learn_ising(codes, budget=rho, width=lam, rng_key=key, coding="code").extras["A"]
+            nonpriv = learn_ising(codes, budget=None, width=lam, iterations=300, coding="code")
             stable = learn_structure(codes, epsilon, DELTA, min_edge_weight=eta, width=lam,
                                      key=key, coding="code").edges
             errs.append(_ising_error(zcdp, A))
@@ -435,11 +435,11 @@ def run(out_dir: str | Path, quick: bool = False, verbose: bool = True) -> dict[
     pair_sampler = _ExactSampler(pairwise_to_mrf(W, np.zeros((W.shape[0], k)), pair_domain))
 
     def learn_A(codes: np.ndarray, privacy: Any, key: jax.Array) -> tuple[float, int]:
-        res = learn_ising(codes, privacy, width=lam, key=key, coding="code")
+        res = learn_ising(codes, budget=privacy, width=lam, rng_key=key, coding="code")
         return _ising_error(res.extras["A"], A), int(res.extras["T"])
 
     def learn_W(codes: np.ndarray, privacy: Any, key: jax.Array) -> tuple[float, int]:
-        res = learn_pairwise(codes, privacy, width=lam_k, domain=k, key=key,
+        res = learn_pairwise(codes, budget=privacy, width=lam_k, domain=k, rng_key=key,
                              budget_split="parallel")
         return _pairwise_error(res.extras["W"], W), int(max(res.extras["T"]))
 

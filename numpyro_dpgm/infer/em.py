@@ -304,8 +304,12 @@ class EM:
 
     # -- loop ------------------------------------------------------------------------------------
     def run(self, rng_key: Any, *args: Any, init_params: dict | None = None,
-            **kwargs: Any) -> EMResult:
-        """Run EM from the params' initial values (or ``init_params``)."""
+            callback: Callable[[int, dict], None] | None = None, **kwargs: Any) -> EMResult:
+        """Run EM from the params' initial values (or ``init_params``).
+
+        ``callback(iteration, params)``, if given, is called after every M-step
+        (``iteration = 1, 2, ...``) with the updated params.
+        """
         start = time.perf_counter()
         self._engine = None  # a fresh E-step state for every run
         params = dict(init_params or {})
@@ -344,6 +348,8 @@ class EM:
                          for c in fn.network.cliques)
             changes.append(change)
             mu_prev = mu
+            if callback is not None:
+                callback(it + 1, params)
             if change < self.tol:
                 # a fixed point only if the E-step converged too (an E-step that found nothing
                 # better than its start returns it, and θ stops moving without converging)

@@ -205,7 +205,7 @@ class VariationalEStep:
         losses = jnp.concatenate(parts)
         mean = _guide_mean(self.guide, self.latent, self.mean_draws, static, treedef, positions,
                            k_draw, self.svi.get_params(self.state), params, arrays)
-        losses = np.asarray(losses)
+        losses = self.losses = np.asarray(losses)  # the per-step -ELBO, kept for the caller
         tail = max(len(losses) // 4, 1)
         last, before = losses[-tail:].mean(), losses[-2 * tail:-tail].mean()
         spread = losses[-tail:].std() + 1e-12

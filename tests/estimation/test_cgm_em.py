@@ -80,7 +80,7 @@ L1_CASES = [(0, 1.0), (1, 1.0), (0, 4.0), (1, 4.0)]
 @pytest.mark.parametrize(("seed", "b"), L1_CASES)
 def test_map_em_reaches_the_l1_projection(seed: int, b: float) -> None:
     y, opt, N = l1_problem(seed, b)
-    res = cgm_em(identity_measurements(CHAIN, y, Laplace(b)), CHAIN, N, max_em_iters=300,
+    res = cgm_em(identity_measurements(CHAIN, y, Laplace(b)), CHAIN, total_count=N, max_iters=300,
                  inner_iters=500, init="zeros", tol=1e-10)
     n_hat = np.asarray(res.extras["n_hat"])
     assert on_scaled_polytope(n_hat, N)
@@ -98,8 +98,8 @@ def test_converged_flag_is_only_set_at_a_fixed_point() -> None:
     stalled = 0
     for seed, b in L1_CASES:
         y, opt, N = l1_problem(seed, b)
-        res = cgm_em(identity_measurements(CHAIN, y, Laplace(b)), CHAIN, N, max_em_iters=100,
-                     init="zeros", tol=1e-10)
+        res = cgm_em(identity_measurements(CHAIN, y, Laplace(b)), CHAIN, total_count=N,
+                     max_iters=100, init="zeros", tol=1e-10)
         gap = np.abs(y - np.asarray(res.extras["n_hat"])).sum() - opt
         if res.converged:
             assert gap <= 1e-6, (seed, b, gap)
@@ -133,8 +133,8 @@ def mle_joint(n: np.ndarray, N: float) -> np.ndarray:
 def test_no_noise_recovers_the_mle(exact_counts, init: str) -> None:
     n, N = exact_counts
     # Gaussian evidence with σ = 3 (N/σ² ≈ 56): NLBP at its defaults converges
-    res = cgm_em(identity_measurements(CHAIN, n, Gaussian(3.0)), CHAIN, N, max_em_iters=300,
-                 init=init, tol=1e-10)
+    res = cgm_em(identity_measurements(CHAIN, n, Gaussian(3.0)), CHAIN, total_count=N,
+                 max_iters=300, init=init, tol=1e-10)
     assert res.converged
     bf = BruteForce(CHAIN, np.asarray(res.model.theta))
     np.testing.assert_allclose(N * features(CHAIN, bf.records()).T @ bf.probs(), n,
@@ -147,13 +147,13 @@ def test_tiny_noise_recovers_the_mle_with_small_damping(exact_counts) -> None:
     sigma = 0.1
     meas = identity_measurements(CHAIN, n, Gaussian(sigma))
     # stiff evidence (N/σ² = 5·10⁴): mirror-descent steps must be ≲ σ²/N
-    res = cgm_em(meas, CHAIN, N, max_em_iters=300, inner_iters=200, init="zeros",
+    res = cgm_em(meas, CHAIN, total_count=N, max_iters=300, inner_iters=200, init="zeros",
                  damping=2e-5, tol=1e-12)
     assert res.converged
     bf = BruteForce(CHAIN, np.asarray(res.model.theta))
     np.testing.assert_allclose(bf.probs(), mle_joint(n, N), rtol=0, atol=1e-7)
     # at the default damping the first E-step cannot improve on its start: not converged
-    res = cgm_em(meas, CHAIN, N, max_em_iters=300, init="zeros")
+    res = cgm_em(meas, CHAIN, total_count=N, max_iters=300, init="zeros")
     err = np.max(np.abs(BruteForce(CHAIN, np.asarray(res.model.theta)).probs()
                         - mle_joint(n, N)))
     assert not (res.converged and err > 1e-6)
@@ -212,8 +212,8 @@ def test_em_beats_naive_on_third_order_chains() -> None:
             b = len(net.cliques) / eps
             meas = [Measurement(c, n[net.slice_of(c)] + rng.laplace(0, b, s), Laplace(b))
                     for c, s in zip(net.cliques, net.sizes, strict=True)]
-            naive = naive_mle(meas, net, N)
-            em = cgm_em(meas, net, N)
+            naive = naive_mle(meas, net, total_count=N)
+            em = cgm_em(meas, net, total_count=N)
             kl[eps, seed] = (float(kl_divergence(truth, naive.model)),
                              float(kl_divergence(truth, em.model)))
     for eps in (1.0, 0.1):
@@ -236,28 +236,29 @@ def test_errors() -> None:
     y = 20.0 * np.ones(CHAIN.num_params)
     meas = identity_measurements(CHAIN, y, Laplace(1.0))
     with pytest.raises(ValueError, match="at least one measurement"):
-        cgm_em([], CHAIN, 120.0)
+        cgm_em([], CHAIN, total_count=120.0)
     for bad in (0.0, -5.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="total_count"):
-            cgm_em(meas, CHAIN, bad)
+            cgm_em(meas, CHAIN, total_count=bad)
     with pytest.raises(ValueError, match="init"):
-        cgm_em(meas, CHAIN, 120.0, init="random")
+        cgm_em(meas, CHAIN, total_count=120.0, init="random")
     with pytest.raises(ValueError, match="init"):
-        cgm_em(meas, CHAIN, 120.0, init=np.zeros(CHAIN.num_params + 1))
-    with pytest.raises(ValueError, match="max_em_iters"):
-        cgm_em(meas, CHAIN, 120.0, max_em_iters=-1)
+        cgm_em(meas, CHAIN, total_count=120.0, init=np.zeros(CHAIN.num_params + 1))
+    with pytest.raises(ValueError, match="max_iters"):
+        cgm_em(meas, CHAIN, total_count=120.0, max_iters=-1)
     with pytest.raises(ValueError, match="inner_iters"):
-        cgm_em(meas, CHAIN, 120.0, inner_iters=0)
+        cgm_em(meas, CHAIN, total_count=120.0, inner_iters=0)
     with pytest.raises(ValueError, match="natural"):
-        cgm_em(meas, CHAIN, 120.0, space="counts", m_step_method="natural")
+        cgm_em(meas, CHAIN, total_count=120.0, space="counts", m_step_method="natural")
     with pytest.raises(TypeError, match="MarkovNetwork"):
-        cgm_em(meas, {"a": 2}, 120.0)
+        cgm_em(meas, ["a"], total_count=120.0)
+    with pytest.raises(ValueError, match="unknown attribute"):  # a domain without b
+        cgm_em(meas, {"a": 2}, total_count=120.0)
     with pytest.raises(TypeError, match="Measurement"):
-        cgm_em([y], CHAIN, 120.0)
+        cgm_em([y], CHAIN, total_count=120.0)
     outside = Measurement(("a", "c"), np.ones(4), Laplace(1.0))
     with pytest.raises(ValueError, match="not contained"):
-        cgm_em([outside], CHAIN, 120.0, init="zeros")
-    # zero EM iterations return the starting model
-    res = cgm_em(meas, CHAIN, 120.0, max_em_iters=0, init="zeros")
-    assert res.iterations == 0 and not res.converged
-    np.testing.assert_allclose(marginals_of(CHAIN, res.model.theta)[:6], 1 / 6, rtol=1e-12)
+        cgm_em([outside], CHAIN, total_count=120.0, init="zeros")
+    # the estimators' contract: at least one iteration
+    with pytest.raises(ValueError, match="max_iters must be a positive integer"):
+        cgm_em(meas, CHAIN, total_count=120.0, max_iters=0, init="zeros")

@@ -138,13 +138,13 @@ VEM_TOL = 0.08
 
 def test_mcem_and_variational_em_reach_the_marginal_likelihood_maximiser(release):
     ms, tables, _, log_lik, mu_ml = release
-    fit = mcem(ms, NET_SMALL, N_SMALL, max_em_iters=25, init="zeros", num_warmup=200,
-               first_draws=100, last_draws=1600, key=jax.random.key(1))
+    fit = mcem(ms, NET_SMALL, total_count=N_SMALL, max_iters=25, init="zeros", num_warmup=200,
+               first_draws=100, last_draws=1600, rng_key=jax.random.key(1))
     mu = np.asarray(fit.model.marginal(("a", "b"))).ravel()
     err_mc = np.abs(mu - mu_ml).sum()
-    vfit = variational_em(ms, NET_SMALL, N_SMALL, max_em_iters=25, init="zeros",
+    vfit = variational_em(ms, NET_SMALL, total_count=N_SMALL, max_iters=25, init="zeros",
                           first_steps=1000, steps=300, learning_rate=0.03,
-                          key=jax.random.key(2))
+                          rng_key=jax.random.key(2))
     mu_v = np.asarray(vfit.model.marginal(("a", "b"))).ravel()
     err_v = np.abs(mu_v - mu_ml).sum()
     print("ML maximiser", mu_ml, "MCEM", mu, err_mc, "VEM", mu_v, err_v)
@@ -167,16 +167,16 @@ def test_variational_em_on_releases_of_another_total_count():
         return [Measurement(("a", "b"), table + np.array([1.0, -2.0, 0.5, 0.5]),
                             Laplace(B_SMALL))]
 
-    opts = dict(max_em_iters=3, init="zeros", first_steps=200, steps=100, mean_draws=64,
-                key=jax.random.key(4))
-    variational_em(release(20), NET_SMALL, 20, **opts)
-    warm = variational_em(release(200), NET_SMALL, 200, **opts)  # cached model, other N
+    opts = dict(max_iters=3, init="zeros", first_steps=200, steps=100, mean_draws=64,
+                rng_key=jax.random.key(4))
+    variational_em(release(20), NET_SMALL, total_count=20, **opts)
+    warm = variational_em(release(200), NET_SMALL, total_count=200, **opts)  # cached model, other N
     latent = warm.extras["latent_network"]
     for clique in latent.cliques:  # every table of E_q[n] sums to this release's N
         total = jnp.sum(warm.extras["n_hat"][latent.slice_of(clique)])
         assert float(total) == pytest.approx(200.0, rel=1e-9)
     estep_module._ENGINES.clear()
-    fresh = variational_em(release(200), NET_SMALL, 200, **opts)
+    fresh = variational_em(release(200), NET_SMALL, total_count=200, **opts)
     np.testing.assert_allclose(np.asarray(warm.model.theta), np.asarray(fresh.model.theta),
                                atol=1e-8)
 
@@ -305,8 +305,8 @@ def test_posterior_mean_matches_quadrature(release):
     logw = log_ev - 0.5 * (phis ** 2).sum(1) / PRIOR ** 2
     wq = np.exp(logw - logsumexp(logw))
     exact_mu = wq @ np.exp(logp)
-    fit = posterior_mean(ms, NET_SMALL, N_SMALL, method="nuts", prior_scale=PRIOR,
-                         num_warmup=300, num_samples=1500, key=jax.random.key(4))
+    fit = posterior_mean(ms, NET_SMALL, total_count=N_SMALL, method="nuts", prior_scale=PRIOR,
+                         num_warmup=300, max_iters=1500, rng_key=jax.random.key(4))
     mu_mean = fit.extras["mu_mean"][4:]
     print("posterior mean", mu_mean, exact_mu, np.abs(mu_mean - exact_mu).sum())
     assert np.abs(mu_mean - exact_mu).sum() <= POSTERIOR_MEAN_TOL, (mu_mean, exact_mu)
@@ -315,4 +315,4 @@ def test_posterior_mean_matches_quadrature(release):
                                atol=1e-6)
     assert fit.extras["divergences"] == 0
     with pytest.raises(ValueError, match="method must be"):
-        posterior_mean(ms, NET_SMALL, N_SMALL, method="laplace")
+        posterior_mean(ms, NET_SMALL, total_count=N_SMALL, method="laplace")

@@ -67,7 +67,7 @@ def median_error(n: int, rho, seeds, **kw) -> float:
     errs = []
     for s in seeds:
         z = sample_ising(A_TRUE, THETA0, n, seed=1000 * n + s)
-        res = learn_ising(z, rho, width=LAM, key=jax.random.key(s), **kw)
+        res = learn_ising(z, budget=rho, width=LAM, rng_key=jax.random.key(s), **kw)
         errs.append(ising_error(res.extras["A"], A_TRUE))
     return float(np.median(errs))
 
@@ -129,17 +129,17 @@ def test_b1_near_nonprivate_recovers_couplings():
     """B1: a missing /2, a wrong j̃ shift or a flipped label each give errors ≥ 0.4.
     [calib non-private 0.027; measured 0.026]"""
     z = sample_ising(A_TRUE, THETA0, 10_000, seed=1)
-    res = learn_ising(z, 1e8, width=LAM, key=jax.random.key(0), iterations=1000)
+    res = learn_ising(z, budget=1e8, width=LAM, rng_key=jax.random.key(0), iterations=1000)
     assert isinstance(res, Result) and isinstance(res.model, MarkovRandomField)
     assert ising_error(res.extras["A"], A_TRUE) <= 0.08
     assert np.max(np.abs(res.extras["theta"])) <= 0.08
     assert res.iterations == 999 and res.loss_trace.shape == (1000,)
     assert res.loss_trace[-1] < res.loss_trace[0]
     # at ρ = 1e8 the result is essentially the non-private one
-    nonpriv = learn_ising(z, None, width=LAM, iterations=1000)
+    nonpriv = learn_ising(z, budget=None, width=LAM, iterations=1000)
     assert np.max(np.abs(nonpriv.extras["A"] - res.extras["A"])) <= 0.01
     # the same data given as library codes (code 0 ↔ +1) and through the returned model
-    as_codes = learn_ising((1 - z) // 2, None, width=LAM, iterations=1000, coding="code")
+    as_codes = learn_ising((1 - z) // 2, budget=None, width=LAM, iterations=1000, coding="code")
     np.testing.assert_array_equal(as_codes.extras["A"], nonpriv.extras["A"])
     A_sym = 0.5 * (res.extras["A"] + res.extras["A"].T)
     rebuilt = ising_to_mrf(A_sym, res.extras["theta"], res.model.network.domain)
@@ -170,9 +170,11 @@ def test_b3_privacy_bites():
     drawn from the key, while non-private runs ignore it."""
     assert median_error(8000, 0.1, range(3)) >= 1.2 * median_error(8000, 10.0, range(3))
     z = sample_ising(A_TRUE, THETA0, 8000, seed=3)
-    a, b = (learn_ising(z, 0.01, width=LAM, key=jax.random.key(s), iterations=300) for s in (1, 2))
+    a, b = (learn_ising(z, budget=0.01, width=LAM, rng_key=jax.random.key(s), iterations=300)
+            for s in (1, 2))
     assert not np.array_equal(a.extras["A"], b.extras["A"])
-    c, d = (learn_ising(z, None, width=LAM, key=jax.random.key(s), iterations=300) for s in (1, 2))
+    c, d = (learn_ising(z, budget=None, width=LAM, rng_key=jax.random.key(s), iterations=300)
+            for s in (1, 2))
     np.testing.assert_array_equal(c.extras["A"], d.extras["A"])
 
 
@@ -182,7 +184,7 @@ def test_b4_ledger():
     n, rho = 4000, 0.8
     z = sample_ising(A_TRUE, THETA0, n, seed=4)
     ledger = PrivacyLedger(ZCDP(1.0))
-    res = learn_ising(z, rho, width=LAM, key=jax.random.key(0), ledger=ledger)
+    res = learn_ising(z, budget=rho, width=LAM, rng_key=jax.random.key(0), ledger=ledger)
     assert len(ledger.history) == P
     assert all(e.charge == pytest.approx(rho / P) for e in ledger.history)
     assert ledger.spent == pytest.approx(rho)
@@ -193,11 +195,11 @@ def test_b4_ledger():
     assert res.extras["rho_spent"] == pytest.approx(rho)
     # the paper's constant costs 8ρ: refused by what is left (0.2)
     with pytest.raises(BudgetExceededError):
-        learn_ising(z, 0.1, width=LAM, key=jax.random.key(0), ledger=ledger,
+        learn_ising(z, budget=0.1, width=LAM, rng_key=jax.random.key(0), ledger=ledger,
                     noise_multiplier="paper")
     assert len(ledger.history) == P
     # an (ε, δ) target is met through its largest ρ
-    res = learn_ising(z, ApproxDP(1.0, 1e-6), width=LAM, key=jax.random.key(0))
+    res = learn_ising(z, budget=ApproxDP(1.0, 1e-6), width=LAM, rng_key=jax.random.key(0))
     assert res.extras["rho"] == pytest.approx(approx_to_zcdp(1.0, 1e-6))
 
 
@@ -216,12 +218,12 @@ def test_ledger_refuses_before_touching_the_data(monkeypatch):
         monkeypatch.setattr(module, name, boom)
     ledger = PrivacyLedger(ZCDP(0.5))
     with pytest.raises(BudgetExceededError):
-        learn_ising(z, 1.0, width=LAM, key=jax.random.key(0), ledger=ledger)
+        learn_ising(z, budget=1.0, width=LAM, rng_key=jax.random.key(0), ledger=ledger)
     with pytest.raises(BudgetExceededError):
-        learn_pairwise((1 - z) // 2, 2.0, width=LAM, domain=2, key=jax.random.key(0),
+        learn_pairwise((1 - z) // 2, budget=2.0, width=LAM, domain=2, rng_key=jax.random.key(0),
                        ledger=ledger, budget_split="parallel")
     with pytest.raises(BudgetExceededError):
-        learn_twise(z, 1.0, order=3, width=LAM, key=jax.random.key(0), ledger=ledger)
+        learn_twise(z, budget=1.0, order=3, width=LAM, rng_key=jax.random.key(0), ledger=ledger)
     approx = PrivacyLedger(ApproxDP(0.5, 1e-6))
     with pytest.raises(BudgetExceededError):
         learn_structure(z, 1.0, 1e-6, min_edge_weight=0.5, width=LAM, key=jax.random.key(0),
@@ -249,7 +251,8 @@ def test_c1_near_nonprivate_recovers_centred_weights():
     """C1: missing centring or averaging, a wrong one-hot/bias row or y sign all fail.
     [calib 0.038; measured 0.036]"""
     x = sample_pairwise(W_TRUE, THETA_K, 20_000, seed=1)
-    res = learn_pairwise(x, 1e8, width=LAM_K, domain=3, key=jax.random.key(0), iterations=1500)
+    res = learn_pairwise(x, budget=1e8, width=LAM_K, domain=3, rng_key=jax.random.key(0),
+                         iterations=1500)
     assert pairwise_error(res.extras["W"], W_TRUE) <= 0.08
     assert isinstance(res.model, MarkovRandomField)
     # the returned model holds the symmetrised estimates in the library's tables
@@ -265,7 +268,7 @@ def test_c2_private_pairwise():
     errs = {}
     for n in (20_000, 80_000):
         x = sample_pairwise(W_TRUE, THETA_K, n, seed=2)
-        res = learn_pairwise(x, 1.0, width=LAM_K, domain=3, key=jax.random.key(1),
+        res = learn_pairwise(x, budget=1.0, width=LAM_K, domain=3, rng_key=jax.random.key(1),
                              noise_multiplier="paper", budget_split="paper")
         rho_reg = 1.0 / (9 * 5)
         assert res.extras["T"] == [round((2 * LAM_K * 3 * n * math.sqrt(rho_reg)) ** (2 / 3))] * 5
@@ -274,7 +277,7 @@ def test_c2_private_pairwise():
     assert errs[80_000] < errs[20_000]
     # T depends on the public n only, never on the (private) subset sizes
     other = sample_pairwise(W_TRUE * 0.0, THETA_K, 20_000, seed=3)
-    res2 = learn_pairwise(other, 1.0, width=LAM_K, domain=3, key=jax.random.key(1),
+    res2 = learn_pairwise(other, budget=1.0, width=LAM_K, domain=3, rng_key=jax.random.key(1),
                           noise_multiplier="paper")
     assert res2.extras["T"] == [round((2 * LAM_K * 3 * 20_000 / math.sqrt(45)) ** (2 / 3))] * 5
 
@@ -282,18 +285,18 @@ def test_c2_private_pairwise():
 def test_c2_ledger_per_budget_split():
     x = sample_pairwise(W_TRUE, THETA_K, 3000, seed=4)
     ledger = PrivacyLedger(ZCDP(2.0))
-    learn_pairwise(x, 1.0, width=LAM_K, domain=3, key=jax.random.key(0), ledger=ledger,
+    learn_pairwise(x, budget=1.0, width=LAM_K, domain=3, rng_key=jax.random.key(0), ledger=ledger,
                    budget_split="parallel")
     assert len(ledger.history) == 5 and ledger.spent == pytest.approx(1.0)
     # the paper's split spends C(k,2)/k² of ρ by plain composition over unordered pairs
-    learn_pairwise(x, 1.0, width=LAM_K, domain=3, key=jax.random.key(0), ledger=ledger)
+    learn_pairwise(x, budget=1.0, width=LAM_K, domain=3, rng_key=jax.random.key(0), ledger=ledger)
     assert ledger.spent == pytest.approx(1.0 + 3 / 9)
 
 
 def test_c3_binary_pairwise_matches_ising():
     """C3: with z = +1 → 0, −1 → 1, W_ij(a, b) = A_ij s_a s_b, so Ŵ_ij(0, 0) ≈ A_ij."""
     z = sample_ising(A_TRUE, THETA0, 10_000, seed=1)
-    res = learn_pairwise((1 - z) // 2, 1e8, width=LAM, domain=2, key=jax.random.key(0),
+    res = learn_pairwise((1 - z) // 2, budget=1e8, width=LAM, domain=2, rng_key=jax.random.key(0),
                          iterations=1000)
     W00 = res.extras["W"][:, :, 0, 0]
     assert ising_error(W00, A_TRUE) <= 0.08
@@ -316,7 +319,7 @@ def test_mixed_alphabet_sizes():
     prob = np.exp(energy) / np.exp(energy).sum()
     x = states[np.random.default_rng(6).choice(len(states), size=20_000, p=prob)]
     dom = Domain({f"a{i}": k for i, k in enumerate(ks)})
-    res = learn_pairwise(x, None, width=1.2, domain=dom, iterations=1000)
+    res = learn_pairwise(x, budget=None, width=1.2, domain=dom, iterations=1000)
     W_hat = res.extras["W"]
     for i, j in itertools.permutations(range(4), 2):
         truth = W[i, j] if (i, j) in W else W[j, i].T if (j, i) in W else 0.0
@@ -333,8 +336,8 @@ H_TRUE = {(0, 1, 2): 0.6, (3, 4, 5): -0.6, (0, 3): 0.4, (1, 4): -0.4}  # spec §
 
 def test_d1_pairwise_order_equals_alg2():
     z = sample_ising(A_TRUE, THETA0, 5000, seed=6)
-    alg2 = learn_ising(z, None, width=LAM, iterations=300)
-    alg4 = learn_twise(z, None, order=2, width=LAM, iterations=300)
+    alg2 = learn_ising(z, budget=None, width=LAM, iterations=300)
+    alg4 = learn_twise(z, budget=None, order=2, width=LAM, iterations=300)
     A4 = np.zeros((P, P))
     for i, coefs in enumerate(alg4.extras["node_coefficients"]):
         for J, v in coefs.items():
@@ -351,7 +354,7 @@ def twise_data():
 
 def test_d2_maximal_monomials_nonprivate(twise_data):
     """[calib 0.019; measured 0.009]"""
-    res = learn_twise(twise_data, None, order=3, width=1.0, iterations=1500)
+    res = learn_twise(twise_data, budget=None, order=3, width=1.0, iterations=1500)
     mon = res.extras["monomials"]
     assert max(abs(mon[I] - v) for I, v in H_TRUE.items()) <= 0.06
     # Alg. 4's polynomial has the maximal monomials' coefficients too, and nothing elsewhere
@@ -363,7 +366,8 @@ def test_d2_maximal_monomials_nonprivate(twise_data):
 def test_d2_maximal_monomials_private(twise_data):
     """ρ = 1, split=True, PMW α = 0.05, paper's constant [calib 0.073; measured 0.069]; the
     pair monomials {0,3}, {1,4} go through the parity step."""
-    res = learn_twise(twise_data, 1.0, order=3, width=1.0, key=jax.random.key(0), split=True,
+    res = learn_twise(twise_data, budget=1.0, order=3, width=1.0, rng_key=jax.random.key(0),
+                      split=True,
                       pmw_alpha=0.05, noise_multiplier="paper")
     mon = res.extras["monomials"]
     assert max(abs(mon[I] - v) for I, v in H_TRUE.items()) <= 0.15
@@ -371,7 +375,8 @@ def test_d2_maximal_monomials_private(twise_data):
     assert res.extras["pmw"].hard_rounds <= res.extras["pmw"].max_hard_rounds
     assert isinstance(res.model, MarkovRandomField)
     # the Gaussian parity release (simple, rigorous; not the paper's) does as well here
-    res_g = learn_twise(twise_data, 1.0, order=3, width=1.0, key=jax.random.key(0), split=True,
+    res_g = learn_twise(twise_data, budget=1.0, order=3, width=1.0, rng_key=jax.random.key(0),
+                        split=True,
                         parity_release="gaussian", noise_multiplier="paper")
     second_half = parity_means(twise_data[20_000:], res_g.extras["parities"])
     assert max(abs(res_g.extras["parities"][S] - second_half[S]) for S in second_half) <= 0.05
@@ -463,25 +468,27 @@ def test_input_errors():
     z = sample_ising(A_TRUE, THETA0, 200, seed=8)
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="binary"):
-        learn_ising(z + 1, 1.0, width=1.0, key=key)  # {0, 2}
+        learn_ising(z + 1, budget=1.0, width=1.0, rng_key=key)  # {0, 2}
     with pytest.raises(ValueError, match="coding='code'"):
-        learn_ising((1 - z) // 2, 1.0, width=1.0, key=key)
+        learn_ising((1 - z) // 2, budget=1.0, width=1.0, rng_key=key)
     with pytest.raises(ValueError, match="binary"):
-        learn_ising(np.full((10, 3), 2), 1.0, width=1.0, key=key, coding="code")
+        learn_ising(np.full((10, 3), 2), budget=1.0, width=1.0, rng_key=key, coding="code")
     with pytest.raises(ValueError, match="width"):
-        learn_ising(z, 1.0, width=0.0, key=key)
+        learn_ising(z, budget=1.0, width=0.0, rng_key=key)
     with pytest.raises(ValueError, match="rho"):
-        learn_ising(z, -1.0, width=1.0, key=key)
+        learn_ising(z, budget=-1.0, width=1.0, rng_key=key)
     with pytest.raises(ValueError, match="key"):
-        learn_ising(z, 1.0, width=1.0)
+        learn_ising(z, budget=1.0, width=1.0)
     with pytest.raises(ValueError, match="binary"):
-        learn_ising(z, 1.0, width=1.0, key=key, domain=Domain({f"a{i}": 3 for i in range(P)}))
+        learn_ising(z, budget=1.0, width=1.0, rng_key=key,
+                    domain=Domain({f"a{i}": 3 for i in range(P)}))
     with pytest.raises(ValueError, match="domain"):
-        learn_pairwise((1 - z) // 2, 1.0, width=1.0, key=key)
+        learn_pairwise((1 - z) // 2, budget=1.0, width=1.0, rng_key=key)
     with pytest.raises(ValueError, match="out of range|values"):
-        learn_pairwise(np.full((10, 3), 5), 1.0, width=1.0, key=key, domain=3)
+        learn_pairwise(np.full((10, 3), 5), budget=1.0, width=1.0, rng_key=key, domain=3)
     with pytest.raises(ValueError, match="budget_split"):
-        learn_pairwise((1 - z) // 2, 1.0, width=1.0, key=key, domain=2, budget_split="half")
+        learn_pairwise((1 - z) // 2, budget=1.0, width=1.0, rng_key=key, domain=2,
+                       budget_split="half")
     with pytest.raises(ValueError, match="epsilon"):
         learn_structure(z, 0.0, 1e-6, min_edge_weight=0.5, width=1.0, key=key)
     with pytest.raises(ValueError, match="delta"):
@@ -491,9 +498,9 @@ def test_input_errors():
     with pytest.raises(ValueError, match="blocks"):
         learn_structure(z, 1.0, 1e-6, min_edge_weight=0.5, width=1.0, key=key, blocks=1000)
     with pytest.raises(ValueError, match="order"):
-        learn_twise(z, 1.0, order=1, width=1.0, key=key)
+        learn_twise(z, budget=1.0, order=1, width=1.0, rng_key=key)
     with pytest.raises(ValueError, match="zCDP"):
-        learn_twise(z, ApproxDP(1.0, 1e-6), order=2, width=1.0, key=key)
+        learn_twise(z, budget=ApproxDP(1.0, 1e-6), order=2, width=1.0, rng_key=key)
     with pytest.raises(ValueError, match="±1"):
         pmw_parities((1 - z) // 2, [(0,)], 1.0, key=key)
     with pytest.raises(ValueError, match="non-empty"):

@@ -29,7 +29,8 @@ def records() -> np.ndarray:
 
 def test_ledger_is_spent_exactly_and_refuses_a_second_run(records):
     ledger = PrivacyLedger(ZCDP(0.5))
-    fit = mwem_pgm(records, DOMAIN, WORKLOAD, ZCDP(0.5), 2, key=3, ledger=ledger, iters=30)
+    fit = mwem_pgm(records, DOMAIN, workload=WORKLOAD, budget=ZCDP(0.5), rounds=2, rng_key=3,
+                   ledger=ledger, iters=30)
     assert ledger.spent == pytest.approx(0.5, rel=1e-12)
     # one selection and one measurement per round, the selection costs f·ρ/T = 0.1·0.25
     assert len(ledger.history) == 4
@@ -38,23 +39,27 @@ def test_ledger_is_spent_exactly_and_refuses_a_second_run(records):
     assert fit.extras["ledger"] is ledger and len(fit.extras["selected"]) == 2
     before = len(ledger.history)
     with pytest.raises(BudgetExceededError):
-        mwem_pgm(records, DOMAIN, WORKLOAD, ZCDP(0.5), 2, key=4, ledger=ledger, iters=30)
+        mwem_pgm(records, DOMAIN, workload=WORKLOAD, budget=ZCDP(0.5), rounds=2, rng_key=4,
+                 ledger=ledger, iters=30)
     assert len(ledger.history) == before
     # an (ε, δ) budget is spent in zCDP: the fresh ledger's ρ is used up
-    fit = mwem_pgm(records, DOMAIN, WORKLOAD, ApproxDP(1.0, 1e-6), 1, key=5, iters=10)
+    fit = mwem_pgm(records, DOMAIN, workload=WORKLOAD, budget=ApproxDP(1.0, 1e-6), rounds=1,
+                   rng_key=5, iters=10)
     own = fit.extras["ledger"]
     assert own.currency == "zcdp" and own.spent == pytest.approx(own.budget, rel=1e-12)
     # pure ε with Laplace noise: ε's add up
-    fit = mwem_pgm(records, DOMAIN, WORKLOAD, PureDP(2.0), 2, key=6, mechanism="laplace",
-                   iters=10)
+    fit = mwem_pgm(records, DOMAIN, workload=WORKLOAD, budget=PureDP(2.0), rounds=2, rng_key=6,
+                   mechanism="laplace", iters=10)
     assert fit.extras["ledger"].spent == pytest.approx(2.0, rel=1e-12)
 
 
 def test_error_falls_with_budget_and_beats_uniform(records):
     tables = count(records, WORKLOAD, DOMAIN)
     uniform = workload_error(None, {c: tables[c] for c in WORKLOAD})
-    low = mwem_pgm(records, DOMAIN, WORKLOAD, ZCDP(1e-5), 4, key=11, iters=60)
-    high = mwem_pgm(records, DOMAIN, WORKLOAD, ZCDP(1.0), 4, key=11, iters=60)
+    low = mwem_pgm(records, DOMAIN, workload=WORKLOAD, budget=ZCDP(1e-5), rounds=4, rng_key=11,
+                   iters=60)
+    high = mwem_pgm(records, DOMAIN, workload=WORKLOAD, budget=ZCDP(1.0), rounds=4, rng_key=11,
+                    iters=60)
     assert low.loss_trace[0] == pytest.approx(uniform, rel=1e-12)
     # with ρ = 1 four rounds recover most of the chain: error below a quarter of uniform's
     assert high.loss_trace[-1] < 0.25 * uniform
@@ -83,14 +88,15 @@ def test_first_round_selects_the_worst_fit_marginal_at_large_budget(records):
     errs = {c: np.abs(tables[c] - n / tables[c].size).sum() for c in WORKLOAD}
     worst = max(errs, key=errs.get)
     for seed in range(3):
-        fit = mwem_pgm(records, DOMAIN, WORKLOAD, ZCDP(100.0), 1, key=seed, total_count=n,
-                       penalty=False, iters=5)
+        fit = mwem_pgm(records, DOMAIN, workload=WORKLOAD, budget=ZCDP(100.0), rounds=1,
+                       rng_key=seed, total_count=n, penalty=False, iters=5)
         assert fit.extras["selected"][0] == worst
         assert fit.extras["selection_probability"][0] > 0.99
 
 
 def test_size_guard_keeps_the_junction_tree_under_the_cap(records):
-    fit = mwem_pgm(records, DOMAIN, WORKLOAD, ZCDP(1.0), 5, key=2, max_cells=20, iters=10)
+    fit = mwem_pgm(records, DOMAIN, workload=WORKLOAD, budget=ZCDP(1.0), rounds=5, rng_key=2,
+                   max_cells=20, iters=10)
     net = fit.model.network
     assert jt.build_junction_tree(net).num_cells <= 20
     assert all(k <= len(WORKLOAD) for k in fit.extras["num_candidates"])
@@ -100,7 +106,7 @@ def test_size_guard_keeps_the_junction_tree_under_the_cap(records):
 def test_bad_input(records):
     def call(**kw):
         args = {"data": records, "domain": DOMAIN, "workload": WORKLOAD,
-                "budget": ZCDP(1.0), "rounds": 1, "key": 0, "iters": 5}
+                "budget": ZCDP(1.0), "rounds": 1, "rng_key": 0, "iters": 5}
         args.update(kw)
         return mwem_pgm(**args)
 

@@ -276,7 +276,7 @@ def test_naive_mle_exact_counts_recover_model():
     n_total = 1e6
     counts = jt.marginals(net, jnp.asarray(truth), n_total)
     ms = identity_measurements(net, counts, Gaussian(1e-9))
-    res = naive_mle(ms, net, n_total, l2=1e-12)
+    res = naive_mle(ms, net, total_count=n_total, l2=1e-12)
     assert res.converged
     np.testing.assert_allclose(model_marginals(net, res.theta),
                                model_marginals(net, truth), atol=1e-6)
@@ -293,7 +293,7 @@ def test_naive_mle_projection_and_optimality():
     shapes = {c: net.domain.shape_of(c) for c in net.cliques}
     tables = {c: rng.uniform(0, 20, size=s) + rng.laplace(0, b, size=s) for c, s in shapes.items()}
     ms = [Measurement(c, tables[c], Laplace(b)) for c in net.cliques]
-    res = naive_mle(ms, net, n_total)
+    res = naive_mle(ms, net, total_count=n_total)
     mu_tilde = res.extras["mu_tilde"]
     for c in net.cliques:
         expect = np.asarray(project_simplex(tables[c] / n_total))
@@ -322,7 +322,7 @@ def test_naive_mle_averages_repeated_measurements_by_inverse_variance():
         Measurement(("b", "a"), y2.T, Gaussian(2.0)),  # same clique, other attribute order
         Measurement(("b", "c"), bc, Laplace(3.0)),
     ]
-    res = naive_mle(ms, net, n_total)
+    res = naive_mle(ms, net, total_count=n_total)
     avg = (y1 / 1.0 + y2 / 4.0) / (1.0 + 1 / 4.0)
     np.testing.assert_allclose(np.asarray(res.extras["mu_tilde"][("a", "b")]),
                                np.asarray(project_simplex(avg / n_total)), atol=1e-15)
@@ -341,14 +341,14 @@ def test_naive_mle_unmeasured_cliques():
     counts = jt.marginals(net, jnp.asarray(truth), 500.0)
     ms = [Measurement(c, np.asarray(counts[c]), Laplace(1.0)) for c in net.cliques[:3]]
     with pytest.raises(ValueError, match=r"\('d', 'a'\).*no measurement"):
-        naive_mle(ms, net, 500.0)
-    res = naive_mle(ms, net, 500.0, unmeasured="zero")
+        naive_mle(ms, net, total_count=500.0)
+    res = naive_mle(ms, net, total_count=500.0, unmeasured="zero")
     assert res.extras["unmeasured"] == (("d", "a"),)
     tables = net.unflatten(res.theta)
     assert np.all(np.asarray(tables[("d", "a")]) == 0.0)
     # same as fitting the network of the measured cliques alone
     sub = MarkovNetwork(net.domain, net.cliques[:3])
-    ref = naive_mle(ms, sub, 500.0)
+    ref = naive_mle(ms, sub, total_count=500.0)
     for c in sub.cliques:
         np.testing.assert_allclose(np.asarray(tables[c]), np.asarray(sub.unflatten(ref.theta)[c]),
                                    atol=1e-12)
@@ -364,10 +364,10 @@ def test_naive_mle_queries():
     partial = Measurement(("a", "b"), ab[:2].sum(keepdims=True), Laplace(1.0),
                           query=np.r_[np.ones(2), np.zeros(4)][None, :])
     with pytest.raises(ValueError, match="non-identity"):
-        naive_mle([eye, plain, partial], net, 40.0)
-    res = naive_mle([eye, plain, partial], net, 40.0, non_identity="ignore")
+        naive_mle([eye, plain, partial], net, total_count=40.0)
+    res = naive_mle([eye, plain, partial], net, total_count=40.0, non_identity="ignore")
     assert res.extras["ignored"] == (2,)
-    ref = naive_mle([Measurement(("a", "b"), ab, Laplace(1.0)), plain], net, 40.0)
+    ref = naive_mle([Measurement(("a", "b"), ab, Laplace(1.0)), plain], net, total_count=40.0)
     np.testing.assert_allclose(np.asarray(res.theta), np.asarray(ref.theta), atol=1e-12)
 
 
@@ -377,7 +377,7 @@ def test_naive_mle_estimates_total_count():
     y_ab = rng.uniform(0, 20, size=(2, 3))
     y_bc = rng.uniform(0, 20, size=(3, 2))
     ms = [Measurement(("a", "b"), y_ab, Laplace(1.0)), Measurement(("b", "c"), y_bc, Laplace(2.0))]
-    res = naive_mle(ms, net, None)
+    res = naive_mle(ms, net, total_count=None)
     w1, w2 = 1 / (6 * 2.0), 1 / (6 * 8.0)  # 1 / (cells · 2b²)
     expect = (w1 * y_ab.sum() + w2 * y_bc.sum()) / (w1 + w2)
     assert res.extras["total_count"] == pytest.approx(expect)
@@ -389,30 +389,33 @@ def test_naive_mle_errors():
     good = [Measurement(("a", "b"), np.ones(6), Laplace(1.0)),
             Measurement(("b", "c"), np.ones(6), Laplace(1.0))]
     with pytest.raises(ValueError, match="total_count"):
-        naive_mle(good, net, 0)
+        naive_mle(good, net, total_count=0)
     with pytest.raises(ValueError, match="total_count"):
-        naive_mle(good, net, -3.0)
+        naive_mle(good, net, total_count=-3.0)
     with pytest.raises(ValueError, match="l2"):
-        naive_mle(good, net, 10, l2=-0.1)
+        naive_mle(good, net, total_count=10, l2=-0.1)
     with pytest.raises(ValueError, match="at least one"):
-        naive_mle([], net, 10)
+        naive_mle([], net, total_count=10)
     with pytest.raises(TypeError, match="Measurement"):
-        naive_mle([np.ones(6)], net, 10)
+        naive_mle([np.ones(6)], net, total_count=10)
     with pytest.raises(TypeError, match="MarkovNetwork"):
-        naive_mle(good, {"a": 2}, 10)
+        naive_mle(good, ["a", "b"], total_count=10)
+    with pytest.raises(ValueError, match="unknown attribute"):  # a domain without b and c
+        naive_mle(good, {"a": 2}, total_count=10)
     with pytest.raises(ValueError, match="covers 5 cells"):
-        naive_mle([Measurement(("a", "b"), np.ones(5), Laplace(1.0))] + good[1:], net, 10)
+        naive_mle([Measurement(("a", "b"), np.ones(5), Laplace(1.0))] + good[1:], net,
+                  total_count=10)
     with pytest.raises(ValueError, match="not a clique of the network"):
-        naive_mle(good + [Measurement(("a", "c"), np.ones(4), Laplace(1.0))], net, 10)
+        naive_mle(good + [Measurement(("a", "c"), np.ones(4), Laplace(1.0))], net, total_count=10)
     with pytest.raises(KeyError, match="unknown attribute"):
-        naive_mle(good + [Measurement(("z",), np.ones(4), Laplace(1.0))], net, 10)
+        naive_mle(good + [Measurement(("z",), np.ones(4), Laplace(1.0))], net, total_count=10)
     with pytest.raises(ValueError, match="unmeasured"):
-        naive_mle(good, net, 10, unmeasured="drop")
+        naive_mle(good, net, total_count=10, unmeasured="drop")
     with pytest.raises(ValueError, match="non_identity"):
-        naive_mle(good, net, 10, non_identity="fit")
+        naive_mle(good, net, total_count=10, non_identity="fit")
     only_query = [Measurement(("a", "b"), np.ones(1), Laplace(1.0), query=np.ones((1, 6)))]
     with pytest.raises(ValueError, match="nothing to fit"):
-        naive_mle(only_query, net, 10, non_identity="ignore")
+        naive_mle(only_query, net, total_count=10, non_identity="ignore")
 
 
 def test_naive_mle_kl_decreases_with_epsilon():
@@ -432,7 +435,7 @@ def test_naive_mle_kl_decreases_with_epsilon():
     n_total = 2000
     records = np.asarray(true.sample(jax.random.key(0), (n_total,)))
     tables = count(records, net.cliques, net.domain)
-    exact = naive_mle(identity_measurements(net, tables, Laplace(1e-9)), net, n_total)
+    exact = naive_mle(identity_measurements(net, tables, Laplace(1e-9)), net, total_count=n_total)
     kl_exact = float(kl_divergence(true, exact.model))
     mean_kl = []
     for eps in [0.03, 0.1, 0.3, 1.0, 100.0]:
@@ -441,7 +444,7 @@ def test_naive_mle_kl_decreases_with_epsilon():
         for _ in range(3):
             noisy = CliqueTables({c: tables[c] + rng.laplace(0, b, tables[c].shape)
                                   for c in net.cliques})
-            res = naive_mle(identity_measurements(net, noisy, Laplace(b)), net, n_total)
+            res = naive_mle(identity_measurements(net, noisy, Laplace(b)), net, total_count=n_total)
             assert res.converged
             kls.append(float(kl_divergence(true, res.model)))
         mean_kl.append(np.mean(kls))

@@ -152,7 +152,7 @@ def test_noiseless_recovers_the_model(net):
     theta = rng.normal(size=net.num_params)
     total = 1000.0
     ms = table_measurements(net, theta, total, Gaussian(1.0))
-    fit = prox_pgm(ms, net, total_count=total, iters=ITERS)
+    fit = prox_pgm(ms, net, total_count=total, max_iters=ITERS)
     assert isinstance(fit, Result) and isinstance(fit.model, MarkovRandomField)
     assert fit.converged and fit.iterations < ITERS
     truth = joint_of(net, theta)
@@ -174,7 +174,7 @@ def test_appgm_on_a_tree_recovers_the_model():
     theta = rng.normal(size=CHAIN.num_params)
     total = 1000.0
     ms = table_measurements(CHAIN, theta, total, Gaussian(1.0))
-    fit = prox_pgm(ms, CHAIN, total_count=total, iters=3000, oracle="convex_gbp")
+    fit = prox_pgm(ms, CHAIN, total_count=total, max_iters=3000, oracle="convex_gbp")
     assert fit.extras["model_fit"] == "max_entropy"
     truth = joint_of(CHAIN, theta)
     for c in CHAIN.cliques:
@@ -192,7 +192,7 @@ def test_noiseless_measurements_give_the_maximum_entropy_distribution():
     total = 500.0
     ms = [Measurement(c, total * marginal_of(truth, dom, c).ravel(), Gaussian(1.0))
           for c in CYCLE.cliques]
-    fit = prox_pgm(ms, dom, total_count=total, iters=ITERS)
+    fit = prox_pgm(ms, dom, total_count=total, max_iters=ITERS)
     assert fit.network == CYCLE  # the measured cliques, attributes in domain order
     maxent = ipf(dom, {c: marginal_of(truth, dom, c) for c in CYCLE.cliques})
     for c in CYCLE.cliques:  # IPF converged: it matches the targets
@@ -223,7 +223,7 @@ def test_domain_input_builds_the_network_from_maximal_measured_cliques():
                     Gaussian(2.0)),
         Measurement("b", total * marginal_of(joint, dom, ("b",)), Gaussian(0.5)),
     ]
-    fit = prox_pgm(ms, dom, total_count=total, iters=ITERS)
+    fit = prox_pgm(ms, dom, total_count=total, max_iters=ITERS)
     assert fit.network.cliques == (("a", "b"), ("b", "c"))
     for attrs in [("b", "a"), ("c", "b"), ("b",)]:
         np.testing.assert_allclose(np.asarray(fit.model.marginal(attrs)),
@@ -242,7 +242,7 @@ def test_loss_trace_is_non_increasing(step_size):
     theta = rng.normal(size=CYCLE.num_params)
     total = 300.0
     ms = table_measurements(CYCLE, theta, total, Gaussian(5.0), rng)
-    fit = prox_pgm(ms, CYCLE, total_count=total, iters=ITERS, step_size=step_size)
+    fit = prox_pgm(ms, CYCLE, total_count=total, max_iters=ITERS, step_size=step_size)
     trace = np.asarray(fit.loss_trace)
     assert trace.shape == (fit.iterations + 1,)
     assert np.all(np.isfinite(trace))
@@ -278,7 +278,7 @@ def test_general_queries_match_a_second_solver_and_satisfy_optimality():
         table = total * marginal_of(truth, dom, clique).ravel()
         exact = table if q is None else q @ table
         ms.append(Measurement(clique, exact + rng.normal(scale=0.3, size=exact.size), noise, q))
-    fit = prox_pgm(ms, CYCLE, total_count=total, iters=ITERS)
+    fit = prox_pgm(ms, CYCLE, total_count=total, max_iters=ITERS)
     assert fit.converged
     p_hat = joint_of(CYCLE, np.asarray(fit.theta))
     ours = exact_loss(dom, ms, total, p_hat)
@@ -317,7 +317,7 @@ def test_explicit_l2_on_laplace_measurements_matches_the_certified_qp():
     theta = rng.normal(size=net.num_params)
     total = 60.0
     ms = table_measurements(net, theta, total, Laplace(2.0), rng)
-    fit = prox_pgm(ms, net, total_count=total, iters=ITERS, loss="l2")
+    fit = prox_pgm(ms, net, total_count=total, max_iters=ITERS, loss="l2")
     assert fit.extras["loss_kinds"] == ("l2", "l2")
     reference = certified_l2(net.domain, [dataclasses.replace(m, noise=Gaussian(math.sqrt(8.0)))
                                       for m in ms], total)
@@ -335,7 +335,7 @@ def test_l1_loss_matches_linear_programming(seed):
     total = 100.0
     ms = table_measurements(net, theta, total, Laplace(2.0), rng)
     ms += table_measurements(net, theta, total, Laplace(4.0), rng, cliques=[("c",)])
-    fit = prox_pgm(ms, net, total_count=total, iters=ITERS)
+    fit = prox_pgm(ms, net, total_count=total, max_iters=ITERS)
     assert fit.extras["loss_kinds"] == ("l1", "l1", "l1")
     assert fit.converged
     reference = lp_l1(net.domain, ms, total)
@@ -356,7 +356,7 @@ def test_explicit_l1_on_gaussian_measurements_matches_linear_programming():
     total = 50.0
     ms = table_measurements(net, theta, total, Gaussian(1.5), rng)
     ms += table_measurements(net, theta, total, Gaussian(0.5), rng, cliques=[("c",)])
-    fit = prox_pgm(ms, net, total_count=total, loss="l1", iters=ITERS)
+    fit = prox_pgm(ms, net, total_count=total, loss="l1", max_iters=ITERS)
     assert fit.extras["loss_kinds"] == ("l1", "l1", "l1")
     assert fit.converged
     as_laplace = [dataclasses.replace(m, noise=Laplace(m.noise.sigma)) for m in ms]
@@ -388,20 +388,20 @@ def test_total_is_the_inverse_variance_estimate():
     with pytest.raises(ValueError, match="determines the number of records"):
         estimate_total([m4])
 
-    fit = prox_pgm([m1, m2, m3, m4], net, iters=300, loss="l2")
-    assert fit.extras["total_estimated"]
-    assert fit.extras["total"] == pytest.approx(want, rel=1e-12)
+    fit = prox_pgm([m1, m2, m3, m4], net, max_iters=300, loss="l2")
+    assert fit.extras["total_count_estimated"]
+    assert fit.extras["total_count"] == pytest.approx(want, rel=1e-12)
     for c in net.cliques:
         assert float(jnp.sum(fit.extras["marginals"][c])) == pytest.approx(want, rel=1e-10)
-    fixed = prox_pgm([m1, m2, m3, m4], net, total_count=n_true, iters=300, loss="l2")
-    assert fixed.extras["total"] == n_true and not fixed.extras["total_estimated"]
+    fixed = prox_pgm([m1, m2, m3, m4], net, total_count=n_true, max_iters=300, loss="l2")
+    assert fixed.extras["total_count"] == n_true and not fixed.extras["total_count_estimated"]
 
 
 def test_total_estimate_is_clipped_at_one():
     ms = [Measurement(("a",), [-3.0, 0.5], Gaussian(1.0))]
     assert estimate_total(ms) == 1.0
-    fit = prox_pgm(ms, {"a": 2}, iters=50)
-    assert fit.extras["total"] == 1.0
+    fit = prox_pgm(ms, {"a": 2}, max_iters=50)
+    assert fit.extras["total_count"] == 1.0
 
 
 def test_total_needed_when_no_query_determines_it():
@@ -409,7 +409,7 @@ def test_total_needed_when_no_query_determines_it():
     ms = [Measurement(("a",), [3.0], Gaussian(1.0), q)]
     with pytest.raises(ValueError, match="total_count"):
         prox_pgm(ms, {"a": 2})
-    fit = prox_pgm(ms, {"a": 2}, total_count=10.0, iters=2000)
+    fit = prox_pgm(ms, {"a": 2}, total_count=10.0, max_iters=2000)
     np.testing.assert_allclose(np.asarray(fit.extras["marginals"][("a",)]), [6.5, 3.5],
                                atol=1e-6)
 
@@ -422,7 +422,7 @@ def test_out_of_model_queries_are_exact_marginals_of_the_fit():
     theta = rng.normal(size=CYCLE.num_params)
     total = 250.0
     ms = table_measurements(CYCLE, theta, total, Gaussian(3.0), rng)
-    fit = prox_pgm(ms, CYCLE, total_count=total, iters=ITERS)
+    fit = prox_pgm(ms, CYCLE, total_count=total, max_iters=ITERS)
     joint = joint_of(CYCLE, np.asarray(fit.theta))
     queries = [("a", "c"), ("b", "d"), ("c", "a", "d"), ("a",), ("d", "a")]
     answers = answer_queries(fit, queries)
@@ -458,8 +458,8 @@ def test_pluggable_oracle_state_is_threaded_and_reverted_on_rejection():
     theta = rng.normal(size=CYCLE.num_params)
     total = 100.0
     ms = table_measurements(CYCLE, theta, total, Gaussian(2.0), rng)
-    exact = prox_pgm(ms, CYCLE, total_count=total, iters=ITERS, step_size=0.5)
-    counted = prox_pgm(ms, CYCLE, total_count=total, iters=ITERS, step_size=0.5,
+    exact = prox_pgm(ms, CYCLE, total_count=total, max_iters=ITERS, step_size=0.5)
+    counted = prox_pgm(ms, CYCLE, total_count=total, max_iters=ITERS, step_size=0.5,
                        oracle=CountingOracle)
     np.testing.assert_allclose(np.asarray(counted.loss_trace), np.asarray(exact.loss_trace),
                                rtol=1e-12)
@@ -467,7 +467,7 @@ def test_pluggable_oracle_state_is_threaded_and_reverted_on_rejection():
     assert rejected > 0
     # one call at the start, one per accepted step (rejected trials restore the old state)
     assert int(counted.extras["oracle_state"]) == 1 + counted.iterations - rejected
-    by_object = prox_pgm(ms, CYCLE, total_count=total, iters=ITERS, step_size=0.5,
+    by_object = prox_pgm(ms, CYCLE, total_count=total, max_iters=ITERS, step_size=0.5,
                          oracle=ExactOracle(CYCLE))
     assert by_object.extras["oracle"] == exact.extras["oracle"] == ExactOracle(CYCLE)
     np.testing.assert_array_equal(np.asarray(by_object.theta), np.asarray(exact.theta))
@@ -492,15 +492,15 @@ def test_callable_loss_and_warm_start_and_callback():
         return out
 
     seen = []
-    builtin = prox_pgm(ms, CYCLE, total_count=total, iters=ITERS)
-    custom = prox_pgm(ms, CYCLE, total_count=total, iters=ITERS, loss=l2,
+    builtin = prox_pgm(ms, CYCLE, total_count=total, max_iters=ITERS)
+    custom = prox_pgm(ms, CYCLE, total_count=total, max_iters=ITERS, loss=l2,
                       callback=lambda t, loss: seen.append((t, loss)), callback_every=500)
     assert custom.extras["loss_kinds"] == ("custom",)
     assert float(custom.loss_trace[-1]) == pytest.approx(float(builtin.loss_trace[-1]),
                                                          rel=1e-8)
     assert seen and seen[0][0] == 500 and seen[-1][0] == custom.iterations
     assert all(b[1] <= a[1] for a, b in zip(seen, seen[1:], strict=False))
-    warm = prox_pgm(ms, CYCLE, total_count=total, iters=ITERS, init=builtin.model)
+    warm = prox_pgm(ms, CYCLE, total_count=total, max_iters=ITERS, init=builtin.model)
     assert float(warm.loss_trace[0]) == pytest.approx(float(builtin.loss_trace[-1]), rel=1e-12)
     assert warm.iterations < builtin.iterations
 
@@ -531,7 +531,7 @@ def test_errors_on_bad_input():
     with pytest.raises(ValueError, match="not contained"):
         prox_pgm(good, MarkovNetwork(dom, [("a",), ("b",)]))
     with pytest.raises(ValueError, match="iters"):
-        prox_pgm(good, dom, iters=0)
+        prox_pgm(good, dom, max_iters=0)
     with pytest.raises(ValueError, match="step_size"):
         prox_pgm(good, dom, step_size=-1.0)
     with pytest.raises(ValueError, match="no measurements"):

@@ -77,11 +77,11 @@ def test_batched_estimators_and_kl_match_the_public_ones() -> None:
     np.testing.assert_allclose(np.asarray(loop), np.asarray(th), atol=1e-6)
     for y, t, t_em, k in zip(np.asarray(ys), th, th_em, truth.kl(th), strict=True):
         meas = [Measurement(c, y[net.slice_of(c)], Laplace(b)) for c in net.cliques]
-        ref = naive_mle(meas, net, 2000)
+        ref = naive_mle(meas, net, total_count=2000)
         assert float(kl_divergence(truth.model, ref.model)) == pytest.approx(float(k), rel=1e-6)
         assert float(kl_divergence(truth.model, MarkovRandomField(net, t))) == pytest.approx(
             float(k), rel=1e-9)
-        em = cgm_em(meas, net, 2000)
+        em = cgm_em(meas, net, total_count=2000)
         np.testing.assert_allclose(np.asarray(t_em), np.asarray(em.theta), atol=1e-6)
 
 

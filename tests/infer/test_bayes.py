@@ -242,7 +242,7 @@ def test_init_to_interior_gives_distinct_interior_starts():
 
 def test_em_starting_point_is_interior():
     model = noisy_marginals_model(NET_SMALL, small_release(), N_SMALL)
-    point = em_start(model, max_em_iters=5, inner_iters=20)
+    point = em_start(model, max_iters=5, inner_iters=20)
     support = CollectiveGraphicalModel(NET_SMALL, jnp.zeros(8), N_SMALL, relaxed=True).support
     assert bool(support(point["n"])) and bool(jnp.all(point["n"] > 0))
     assert bool(jnp.all(jnp.isfinite(biject_to(support).inv(point["n"]))))

@@ -179,7 +179,7 @@ def test_em_equals_cgm_em() -> None:
     fit = EM(model, latent="n", max_iters=iters, inner_iters=inner).run(
         jax.random.key(0), jnp.asarray(Y), b)
     meas = [Measurement(c, Y[CHAIN.slice_of(c)], Laplace(b)) for c in CHAIN.cliques]
-    ref = cgm_em(meas, CHAIN, N, max_em_iters=iters, inner_iters=inner, init="zeros")
+    ref = cgm_em(meas, CHAIN, total_count=N, max_iters=iters, inner_iters=inner, init="zeros")
     # here both stop early, converged: after 4 iterations sign(y − n̂) is a gauge direction, so
     # n̂ is an L1 projection of y onto N·M (a MAP-EM fixed point)
     assert fit.iterations == ref.iterations

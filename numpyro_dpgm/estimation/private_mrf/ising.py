@@ -18,6 +18,7 @@ from ..._precision import warn_if_float32
 from ...domain import Domain
 from ...privacy.guarantees import ZCDP, ApproxDP
 from ...privacy.ledger import PrivacyLedger
+from ..contract import learner
 from ..frank_wolfe import (
     NoiseMultiplier,
     check_iterations,
@@ -83,19 +84,20 @@ def _ising_regressions(
     )
 
 
+@learner()
 def learn_ising(
     data: Any,
-    privacy: float | ZCDP | ApproxDP | None,
+    domain: Domain | Sequence[str] | None = None,
     *,
+    budget: float | ZCDP | ApproxDP | None,
+    rng_key: jax.Array | None = None,
+    ledger: PrivacyLedger | None = None,
     width: float,
-    key: jax.Array | None = None,
     iterations: int | None = None,
     noise_multiplier: NoiseMultiplier = "rigorous",
     coding: Literal["spin", "code"] = "spin",
-    domain: Domain | Sequence[str] | None = None,
     symmetrize: bool = False,
     edge_threshold: float = 0.0,
-    ledger: PrivacyLedger | None = None,
 ) -> Result:
     """Learn an Ising model's parameters under ρ-zCDP (seed 001, Alg. 2, Thm 3.8).
 
@@ -110,13 +112,13 @@ def learn_ising(
     data : array ``(n, p)`` or Dataset
         Spins ``±1`` (``coding="spin"``) or codes ``0/1`` (``coding="code"``; a Dataset is read
         as codes). Code ``a`` is the spin ``1 − 2a``.
-    privacy : float, ZCDP, ApproxDP or None
+    budget : float, ZCDP, ApproxDP or None
         Total budget: ρ (a float or ``ZCDP``), or ``ApproxDP(ε, δ)``, which is converted to the
         largest ρ implying it (Lemma 2.13; approximate-DP parameter learning, [spec §4]).
         ``None``: non-private (``b = 0``).
     width : float
         A public upper bound ``λ ≥ λ(A, θ) = max_i Σ_j |A_ij| + |θ_i|``.
-    key : jax.Array
+    rng_key : jax.Array
         PRNG key of the noise (simulation; see the module notes).
     iterations : int, optional
         ``T`` of every regression; default ``max(2, round((2λ n √(ρ/p))^{2/3}))``
@@ -147,6 +149,7 @@ def learn_ising(
         ``"rho_spent"`` (guarantee of the run), and the non-private diagnostics ``"gaps"``,
         ``"loss_traces"``.
     """
+    privacy, key = budget, rng_key
     start = time.perf_counter()
     warn_if_float32("learn_ising")
     spins, domain = _spins_from_data(data, coding, domain)
@@ -163,7 +166,7 @@ def learn_ising(
         T = check_iterations(iterations)
     if rho_node is None:
         if ledger is not None:
-            raise ValueError("a non-private run (privacy=None) must not be given a ledger")
+            raise ValueError("a non-private run (budget=None) must not be given a ledger")
         b, spent = 0.0, 0.0
     else:
         b = fw_noise_scale(radius, n, rho_node, T, c)

@@ -20,6 +20,7 @@ from ..._precision import warn_if_float32
 from ...domain import Domain
 from ...privacy.guarantees import ZCDP, ApproxDP
 from ...privacy.ledger import PrivacyLedger
+from ..contract import learner
 from ..frank_wolfe import (
     NoiseMultiplier,
     check_iterations,
@@ -140,18 +141,19 @@ def _pairwise_regressions(
     return W, theta, traces, gaps_all
 
 
+@learner()
 def learn_pairwise(
     data: Any,
-    privacy: float | ZCDP | ApproxDP | None,
-    *,
-    width: float,
     domain: Domain | int | None = None,
-    key: jax.Array | None = None,
+    *,
+    budget: float | ZCDP | ApproxDP | None,
+    rng_key: jax.Array | None = None,
+    ledger: PrivacyLedger | None = None,
+    width: float,
     iterations: int | None = None,
     noise_multiplier: NoiseMultiplier = "rigorous",
     budget_split: BudgetSplit = "paper",
     edge_threshold: float = 0.0,
-    ledger: PrivacyLedger | None = None,
 ) -> Result:
     """Learn a pairwise (k-ary) model's parameters under ρ-zCDP (seed 001, Alg. 3, Thm 3.11).
 
@@ -167,13 +169,13 @@ def learn_pairwise(
     Parameters
     ----------
     data : array ``(n, p)`` of codes, or Dataset
-    privacy : float, ZCDP, ApproxDP or None
+    budget : float, ZCDP, ApproxDP or None
         As in :func:`learn_ising`.
     width : float
         ``λ ≥ max_{i,a} Σ_{j≠i} max_b |W_ij(a, b)| + |θ_i(a)|`` (public).
     domain : Domain or int
         The alphabet (required for arrays; an int ``k`` means ``k`` values for every attribute).
-    key, iterations, noise_multiplier, edge_threshold
+    rng_key, iterations, noise_multiplier, edge_threshold
         As in :func:`learn_ising`; the default ``T`` of node ``i`` is
         ``round((2λK n √ρ'_i)^{2/3})`` with the public ``n``.
     budget_split : {"paper", "parallel"}
@@ -194,6 +196,7 @@ def learn_pairwise(
         diagnostics ``"loss_traces"``, ``"gaps"``. ``loss_trace`` is the mean loss over all
         regressions (padded with the last value where ``T_i`` differ).
     """
+    privacy, key = budget, rng_key
     start = time.perf_counter()
     warn_if_float32("learn_pairwise")
     codes, domain = _codes_from_data(data, domain)
@@ -245,7 +248,7 @@ def learn_pairwise(
         Ts.append(T)
         scales.append(b)
     if rho is None and ledger is not None:
-        raise ValueError("a non-private run (privacy=None) must not be given a ledger")
+        raise ValueError("a non-private run (budget=None) must not be given a ledger")
     _debit_all(ledger, charges)
     W, theta, traces, gaps = _pairwise_regressions(
         codes, ks, radius=radius, num_records=n, scales=scales, iterations=Ts, key=key

@@ -20,6 +20,7 @@ from ..._precision import warn_if_float32
 from ...domain import Domain
 from ...privacy.guarantees import ZCDP, ApproxDP
 from ...privacy.ledger import PrivacyLedger
+from ..contract import learner
 from ..frank_wolfe import (
     NoiseMultiplier,
     check_iterations,
@@ -96,13 +97,16 @@ def monomial_estimates(
     return out
 
 
+@learner()
 def learn_twise(
     data: Any,
-    privacy: float | ZCDP | None,
+    domain: Domain | Sequence[str] | None = None,
     *,
+    budget: float | ZCDP | None,
+    rng_key: jax.Array | None = None,
+    ledger: PrivacyLedger | None = None,
     order: int,
     width: float,
-    key: jax.Array | None = None,
     estimator: Literal["parity", "regression"] = "parity",
     parity_release: Literal["pmw", "gaussian"] = "pmw",
     pmw_alpha: float = 0.05,
@@ -111,8 +115,6 @@ def learn_twise(
     iterations: int | None = None,
     noise_multiplier: NoiseMultiplier = "rigorous",
     coding: Literal["spin", "code"] = "spin",
-    domain: Domain | Sequence[str] | None = None,
-    ledger: PrivacyLedger | None = None,
 ) -> Result:
     """Learn a binary t-wise MRF ``P(z) ∝ exp(h(z))`` under ρ-zCDP (seed 001, Alg. 4 and 5).
 
@@ -132,13 +134,13 @@ def learn_twise(
     ----------
     data : array ``(n, p)`` or Dataset
         Spins or codes, as in :func:`learn_ising`.
-    privacy : float, ZCDP or None
+    budget : float, ZCDP or None
         Total ρ; ``None``: non-private (``b = 0``, exact parities).
     order : int
         ``t ≥ 2``.
     width : float
         ``λ ≥ max_i ‖∂_i h‖_1`` (public).
-    key : jax.Array
+    rng_key : jax.Array
         PRNG key (simulation noise).
     estimator : {"parity", "regression"}
         Alg. 5 (default) or Alg. 4 alone (all of ρ to the regressions).
@@ -170,6 +172,7 @@ def learn_twise(
         ``"rho_parities"``, ``"noise_scale"``, ``"rho_spent"``, and non-private diagnostics
         ``"loss_traces"``, ``"gaps"``.
     """
+    privacy, key = budget, rng_key
     start = time.perf_counter()
     warn_if_float32("learn_twise")
     spins, domain = _spins_from_data(data, coding, domain)
@@ -246,7 +249,7 @@ def learn_twise(
                 )
             )
     elif ledger is not None:
-        raise ValueError("a non-private run (privacy=None) must not be given a ledger")
+        raise ValueError("a non-private run (budget=None) must not be given a ledger")
     if p > 20 and use_parities and parity_release == "pmw":
         raise ValueError(f"PMW keeps a distribution over 2^p states; p = {p} is too large")
     _debit_all(ledger, charges)

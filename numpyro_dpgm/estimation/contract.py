@@ -1,0 +1,288 @@
+"""The one contract of the estimators from measurements, and its deprecation shim.
+
+Every estimator from noisy measurements has the signature
+
+.. code-block:: python
+
+    f(measurements, network_or_domain, *, total_count=None, rng_key=None, init=None,
+      max_iters=<its default>, callback=None, **options) -> Result
+
+- ``network_or_domain``: a :class:`~numpyro_dpgm.network.MarkovNetwork`, or a
+  :class:`~numpyro_dpgm.domain.Domain` (or mapping attribute -> size), in which case the network
+  is the maximal measured cliques (:func:`resolve_network`);
+- ``total_count``: ``N``; ``None`` estimates it from the measurements without privacy cost
+  (:func:`resolve_total`), and ``extras["total_count"]`` / ``extras["total_count_estimated"]``
+  record the value used and how it was obtained;
+- ``rng_key``: a JAX PRNG key (NumPyro's name); required by the stochastic estimators, accepted
+  and ignored by the deterministic ones;
+- ``init``: ``None`` (the estimator's default start), a fitted
+  :class:`~numpyro_dpgm.distributions.mrf.MarkovRandomField` or a θ array (warm start), or one
+  of the estimator's named starts;
+- ``max_iters``: the main iteration count (each estimator says which loop);
+- ``callback``: ``callback(iteration, loss)`` during the main loop (each estimator says when);
+- every other setting is keyword-only.
+
+:func:`estimator` registers a function under its command-line name in :data:`ESTIMATORS` and
+keeps the spellings of the previous release working for one release, with a
+:class:`DeprecationWarning` naming the new spelling: positional ``total_count`` and the
+parameters that followed it, and the keywords ``network``, ``key``, ``rng``, ``iters`` and
+``max_em_iters``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..distributions.mrf import MarkovRandomField
+from ..domain import Domain
+from ..measurements import Measurement, estimate_total
+from ..network import MarkovNetwork
+
+__all__ = [
+    "ESTIMATORS",
+    "UnknownAttributeError",
+    "check_attributes",
+    "estimator",
+    "learner",
+    "network_from_measurements",
+    "resolve_init",
+    "resolve_network",
+    "resolve_total",
+    "stochastic_key",
+    "check_max_iters",
+]
+
+#: The estimators from measurements, by their command-line name (``dpgm fit --method``).
+ESTIMATORS: dict[str, Callable[..., Any]] = {}
+
+#: Keywords of the previous release and their contract names.
+RENAMED = {"network": "network_or_domain", "key": "rng_key", "rng": "rng_key",
+           "iters": "max_iters", "max_em_iters": "max_iters"}
+
+
+def estimator(name: str, legacy_positional: Sequence[str] = ("total_count",),
+              renamed: Mapping[str, str] | None = None) -> Callable[[Callable], Callable]:
+    """Register an estimator under ``name`` and accept its old spellings with a warning.
+
+    Parameters
+    ----------
+    name : str
+        Its name in :data:`ESTIMATORS` (as ``dpgm fit --method`` spells it).
+    legacy_positional : sequence of str
+        The names, in the previous release's order, of the parameters that could be passed by
+        position after ``measurements`` and the network (old names allowed: they are renamed).
+    renamed : mapping, optional
+        Estimator-specific old keyword -> new keyword, besides :data:`RENAMED`.
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        wrapper = _old_spellings(fn, 2, legacy_positional, dict(RENAMED, **(renamed or {})))
+        ESTIMATORS[name] = wrapper
+        return wrapper
+
+    return decorate
+
+
+#: Keywords of the previous release of the learners from records and their contract names.
+LEARNER_RENAMED = {"privacy": "budget", "epsilon": "budget", "key": "rng_key", "rng": "rng_key"}
+
+
+def learner(legacy_positional: Sequence[str] = ("privacy",), *, budget_second: bool = True,
+            renamed: Mapping[str, str] | None = None) -> Callable[[Callable], Callable]:
+    """Accept a learner's old spellings, with a warning, under the learners' contract
+    ``f(data, domain, *, budget, rng_key, ledger=None, **options)``.
+
+    With ``budget_second`` the previous release took the privacy budget as the second
+    positional argument, where the contract has the domain. A call is read in the old way
+    exactly when it passes a second positional argument and no budget keyword (``budget``,
+    ``privacy`` or ``epsilon``): the contract's ``budget`` is keyword-only and required, so a
+    call in the new spelling always names it. Otherwise ``legacy_positional`` names the
+    parameters the previous release took by position after ``data`` and ``domain``.
+    """
+    names = dict(LEARNER_RENAMED, **(renamed or {}))
+
+    def start(args: tuple, kwargs: dict) -> int:
+        old = budget_second and not any(k in kwargs for k in ("budget", "privacy", "epsilon"))
+        return 1 if old else 2
+
+    def decorate(fn: Callable) -> Callable:
+        return _old_spellings(fn, start, legacy_positional, names)
+
+    return decorate
+
+
+def _old_spellings(fn: Callable, start: int | Callable[[tuple, dict], int],
+                   legacy_positional: Sequence[str], names: Mapping[str, str]) -> Callable:
+    """``fn`` that maps positional arguments from index ``start`` on to the keywords
+    ``legacy_positional`` and old keywords to ``names[old]``, warning about each."""
+    qualified = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        first = start(args, kwargs) if callable(start) else start
+        if len(args) > first:
+            extra = args[first:]
+            if len(extra) > len(legacy_positional):
+                raise TypeError(f"{qualified}() takes {first} positional arguments but "
+                                f"{len(args)} were given")
+            for old, value in zip(legacy_positional, extra, strict=False):
+                new = names.get(old, old)
+                if new in kwargs:
+                    raise TypeError(f"{qualified}() got multiple values for {new!r}")
+                warnings.warn(
+                    f"{qualified}(): passing {old!r} by position is deprecated; pass it as "
+                    f"the keyword {new}=...", DeprecationWarning, stacklevel=2)
+                kwargs[new] = value
+            args = args[:first]
+        for old in [k for k in kwargs if k in names]:
+            new = names[old]
+            if new in kwargs:
+                raise TypeError(f"{qualified}() got both {old!r} (deprecated) and {new!r}")
+            warnings.warn(f"{qualified}(): the keyword {old!r} is deprecated; use {new}=...",
+                          DeprecationWarning, stacklevel=2)
+            kwargs[new] = kwargs.pop(old)
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def network_from_measurements(
+    domain: Domain, measurements: Sequence[Measurement]
+) -> MarkovNetwork:
+    """Maximal measured cliques (attributes in domain order, first-appearance order)."""
+    sets: list[frozenset[str]] = []
+    for m in measurements:
+        s = frozenset(m.clique)
+        if s not in sets:
+            sets.append(s)
+    maximal = [s for s in sets if not any(s < t for t in sets)]
+    return MarkovNetwork(domain, [domain.sorted(s) for s in maximal])
+
+
+def resolve_network(network_or_domain: Any, measurements: Any) -> tuple[MarkovNetwork, list]:
+    """``(network, measurements as a list)`` from the contract's first two arguments.
+
+    A :class:`MarkovNetwork` is used as is; a :class:`Domain` or mapping attribute -> size gives
+    the network of the maximal measured cliques. Raises ``ValueError`` for no measurements,
+    ``KeyError`` for a measurement over an attribute not in the domain and ``TypeError`` for
+    arguments of the wrong type.
+    """
+    if isinstance(measurements, Measurement):
+        measurements = [measurements]
+    measurements = list(measurements)
+    if not measurements:
+        raise ValueError("no measurements: an estimator needs at least one measurement")
+    for k, m in enumerate(measurements):
+        if not isinstance(m, Measurement):
+            raise TypeError(f"measurements[{k}] is a {type(m).__name__}, not a Measurement")
+    if isinstance(network_or_domain, MarkovNetwork):
+        network = network_or_domain
+        check_attributes(measurements, network.domain)
+    elif isinstance(network_or_domain, Mapping):
+        domain = (network_or_domain if isinstance(network_or_domain, Domain)
+                  else Domain(network_or_domain))
+        check_attributes(measurements, domain)
+        network = network_from_measurements(domain, measurements)
+    else:
+        raise TypeError("network_or_domain must be a MarkovNetwork, a Domain or a mapping "
+                        f"attribute -> size; got {type(network_or_domain).__name__}")
+    return network, measurements
+
+
+class UnknownAttributeError(KeyError, ValueError):
+    """A measurement names an attribute that is not in the domain (a ``KeyError`` as for
+    domains, and a ``ValueError`` as for every other bad input of an estimator)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def check_attributes(measurements: Sequence[Any], domain: Domain) -> None:
+    """Raise :class:`UnknownAttributeError` for a measurement over an attribute not in
+    ``domain`` (items that are not measurements are left to the caller's checks)."""
+    if isinstance(measurements, Measurement):
+        measurements = [measurements]
+    for k, m in enumerate(measurements):
+        if not isinstance(m, Measurement):
+            continue
+        clique = (m.clique,) if isinstance(m.clique, str) else tuple(m.clique)
+        unknown = [a for a in clique if a not in domain.attrs]
+        if unknown:
+            raise UnknownAttributeError(
+                f"measurement {k} of {clique}: unknown attribute(s) {unknown}; the domain has "
+                f"{list(domain.attrs)}")
+
+
+def resolve_total(total_count: Any, measurements: Sequence[Measurement]) -> tuple[float, bool]:
+    """``(N, estimated)``: ``total_count`` checked, or ``None`` estimated from the measurements
+    (:func:`~numpyro_dpgm.measurements.estimate_total`, post-processing: no privacy cost)."""
+    if total_count is None:
+        try:
+            return float(estimate_total(measurements)), True
+        except ValueError:
+            raise ValueError("cannot estimate the total: no measurement's query determines the "
+                             "sum of its table; pass total_count") from None
+    try:
+        total = float(total_count)
+    except (TypeError, ValueError):
+        raise TypeError(f"total_count must be a number, got {total_count!r}") from None
+    if not math.isfinite(total) or total <= 0:
+        raise ValueError(f"total_count must be a positive finite number, got {total_count!r}")
+    return total, False
+
+
+def check_max_iters(max_iters: Any) -> int:
+    """``max_iters`` as an int, or ``ValueError`` unless it is a positive integer."""
+    if isinstance(max_iters, bool) or not isinstance(max_iters, int | np.integer) \
+            or max_iters < 1:
+        raise ValueError(f"max_iters must be a positive integer, got {max_iters!r}")
+    return int(max_iters)
+
+
+def resolve_init(init: Any, network: MarkovNetwork, named: Sequence[str] = ()) -> Any:
+    """A contract ``init``: ``None`` or one of ``named`` as is, else θ in ``network``'s layout.
+
+    A :class:`MarkovRandomField` must be over ``network``; an array must have the network's
+    number of parameters. Raises ``ValueError`` otherwise.
+    """
+    if init is None:
+        return None
+    if isinstance(init, str):
+        if init in named:
+            return init
+        choices = ", ".join(repr(n) for n in named) or "none"
+        raise ValueError(f"unknown init {init!r}; named starts: {choices}; or pass a "
+                         "MarkovRandomField or log-potentials θ")
+    if isinstance(init, MarkovRandomField):
+        if init.network != network:
+            raise ValueError("init is a model over a different network")
+        init = init.theta
+    theta = jnp.asarray(init, dtype=jnp.result_type(float))
+    if theta.shape != (network.num_params,):
+        raise ValueError(f"init has shape {theta.shape}; the network needs "
+                         f"({network.num_params},)")
+    return theta
+
+
+def stochastic_key(rng_key: Any, name: str, stacklevel: int = 4) -> Any:
+    """``rng_key`` of a stochastic estimator, or (deprecated, for one release)
+    ``jax.random.key(0)`` with a ``DeprecationWarning`` saying so."""
+    if rng_key is not None:
+        return rng_key
+    warnings.warn(f"{name}() is stochastic: pass rng_key=jax.random.key(seed). Without it, "
+                  "jax.random.key(0) is used; rng_key becomes required in the next release",
+                  DeprecationWarning, stacklevel=stacklevel)
+    return jax.random.key(0)
+
+
+def total_extras(total: float, estimated: bool) -> dict[str, Any]:
+    """The ``extras`` entries every estimator records about ``N``."""
+    return {"total_count": total, "total_count_estimated": estimated}

@@ -1,0 +1,304 @@
+"""Every registered estimator from measurements keeps one contract.
+
+``f(measurements, network_or_domain, *, total_count=None, rng_key=None, init=None,
+max_iters=..., callback=None, **options) -> Result`` (:mod:`numpyro_dpgm.estimation.contract`),
+checked on a tiny chain ``a - b - c`` with small iteration counts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+
+import jax
+import numpy as np
+import pytest
+
+from numpyro_dpgm.distributions.mrf import MarkovRandomField
+from numpyro_dpgm.domain import Domain
+from numpyro_dpgm.estimation import ESTIMATORS, Result
+from numpyro_dpgm.estimation.losses import measurement_nll
+from numpyro_dpgm.measurements import Laplace, Measurement
+from numpyro_dpgm.network import MarkovNetwork
+
+DOMAIN = Domain({"a": 2, "b": 3, "c": 2})
+NET = MarkovNetwork(DOMAIN, [("a", "b"), ("b", "c")])
+N = 150.0
+KEY = jax.random.key(0)
+NAMES = ["naive", "cgm-em", "prox-pgm", "mcem", "variational-em", "posterior-mean"]
+STOCHASTIC = {"mcem", "variational-em", "posterior-mean"}
+
+#: Small settings per estimator (the main loop's length and the inner work).
+OPTIONS = {
+    "naive": dict(max_iters=50),
+    "cgm-em": dict(max_iters=3),
+    "prox-pgm": dict(max_iters=50),
+    "mcem": dict(max_iters=2, num_warmup=20, first_draws=10, last_draws=20, chunk=10,
+                 max_tree_depth=4),
+    "variational-em": dict(max_iters=2, first_steps=40, steps=20, mean_draws=16),
+    "posterior-mean": dict(max_iters=40, svi_draws=16),
+}
+
+#: The previous release's spelling of the same call (with its DeprecationWarning's topic).
+OLD = {
+    "naive": (lambda f, ms, o: f(ms, NET, N, max_iters=o["max_iters"]), "'total_count'"),
+    "cgm-em": (lambda f, ms, o: f(ms, network=NET, total_count=N, max_em_iters=o["max_iters"]),
+               "network"),
+    "prox-pgm": (lambda f, ms, o: f(ms, NET, N, o["max_iters"]), "'iters'"),
+    "mcem": (lambda f, ms, o: f(ms, NET, N, o["max_iters"], key=KEY, **_rest(o)), "'key'"),
+    "variational-em": (lambda f, ms, o: f(ms, NET, N, max_em_iters=o["max_iters"], rng=KEY,
+                                          **_rest(o)), "max_em_iters"),
+    "posterior-mean": (lambda f, ms, o: f(ms, NET, N, key=KEY, svi_steps=o["max_iters"],
+                                          **_rest(o)), "svi_steps"),
+}
+
+
+def _rest(options: dict) -> dict:
+    return {k: v for k, v in options.items() if k != "max_iters"}
+
+
+def _measurements() -> list[Measurement]:
+    rng = np.random.default_rng(0)
+    ab = np.array([30.0, 20.0, 10.0, 15.0, 25.0, 50.0])
+    bc = np.array([20.0, 25.0, 30.0, 15.0, 40.0, 20.0])
+    return [Measurement(("a", "b"), ab + rng.normal(0, 2, 6), Laplace(2.0)),
+            Measurement(("b", "c"), bc + rng.normal(0, 2, 6), Laplace(2.0))]
+
+
+MS = _measurements()
+
+
+def _fit(name: str, ms=MS, network=NET, **kwargs):
+    options = dict(OPTIONS[name], **kwargs)
+    if name in STOCHASTIC:
+        options.setdefault("rng_key", KEY)
+    return ESTIMATORS[name](ms, network, **options)
+
+
+@pytest.fixture(scope="module")
+def base_fits() -> dict[str, Result]:
+    return {name: _fit(name, total_count=N) for name in NAMES}
+
+
+def test_registry_names() -> None:
+    assert sorted(ESTIMATORS) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_signature(name: str) -> None:
+    params = list(inspect.signature(ESTIMATORS[name]).parameters.values())
+    head = [(p.name, p.kind) for p in params[:7]]
+    assert head == [
+        ("measurements", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("network_or_domain", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("total_count", inspect.Parameter.KEYWORD_ONLY),
+        ("rng_key", inspect.Parameter.KEYWORD_ONLY),
+        ("init", inspect.Parameter.KEYWORD_ONLY),
+        ("max_iters", inspect.Parameter.KEYWORD_ONLY),
+        ("callback", inspect.Parameter.KEYWORD_ONLY),
+    ]
+    for p in params[:2]:
+        assert p.default is inspect.Parameter.empty
+    for p in params[2:]:
+        assert p.kind is inspect.Parameter.KEYWORD_ONLY, p.name
+    for p in (params[2], params[3], params[4], params[6]):
+        assert p.default is None, p.name
+    assert params[5].default is None or params[5].default >= 1
+    doc = inspect.getdoc(ESTIMATORS[name])
+    for p in params[1:7]:
+        assert p.name in doc, f"{name} does not document {p.name}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_result(name: str, base_fits: dict[str, Result]) -> None:
+    calls = []
+    fit = _fit(name, total_count=N, callback=lambda i, loss: calls.append((i, loss)))
+    assert isinstance(fit, Result) and isinstance(fit.model, MarkovRandomField)
+    assert fit.model.network == NET
+    trace = np.asarray(fit.loss_trace)
+    assert trace.shape == (fit.iterations + 1,) and np.all(np.isfinite(trace))
+    assert 1 <= fit.iterations <= OPTIONS[name]["max_iters"]
+    assert fit.extras["total_count"] == N and fit.extras["total_count_estimated"] is False
+    assert calls, "the callback was never called"
+    assert all(isinstance(i, int) and np.isfinite(loss) for i, loss in calls)
+    assert calls[-1][0] == fit.iterations
+    np.testing.assert_allclose(calls[-1][1], trace[-1], rtol=1e-12)
+    # the same call again gives the same fit (stochastic ones: the same key)
+    np.testing.assert_allclose(np.asarray(fit.model.theta),
+                               np.asarray(base_fits[name].model.theta), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_total_count_estimated(name: str) -> None:
+    fit = _fit(name)
+    assert fit.extras["total_count_estimated"] is True
+    assert 100 < fit.extras["total_count"] < 200  # the tables sum to about 150
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_domain_input(name: str, base_fits: dict[str, Result]) -> None:
+    fit = _fit(name, network=DOMAIN, total_count=N)
+    assert fit.model.network == NET  # the maximal measured cliques
+    np.testing.assert_allclose(np.asarray(fit.model.theta),
+                               np.asarray(base_fits[name].model.theta), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_input(name: str) -> None:
+    with pytest.raises(ValueError, match="at least one measurement"):
+        _fit(name, ms=[], total_count=N)
+    outside = [*MS, Measurement(("c", "z"), np.ones(4), Laplace(1.0))]
+    with pytest.raises(ValueError, match="unknown attribute"):
+        _fit(name, ms=outside, total_count=N)
+    with pytest.raises(ValueError, match="max_iters must be a positive integer"):
+        _fit(name, total_count=N, max_iters=0)
+    for bad in (0.0, -10.0):
+        with pytest.raises(ValueError, match="total_count must be a positive"):
+            _fit(name, total_count=bad)
+    with pytest.raises(TypeError, match="network_or_domain"):
+        _fit(name, network=["a", "b", "c"], total_count=N)
+
+
+@pytest.mark.parametrize("name", ["naive", "cgm-em", "prox-pgm"])
+def test_warm_start_from_a_converged_fit_is_faster(name: str) -> None:
+    long = {"naive": 500, "cgm-em": 300, "prox-pgm": 5000}[name]
+    tol = {"naive": 1e-8, "cgm-em": 1e-6, "prox-pgm": 1e-10}[name]
+    first = _fit(name, total_count=N, max_iters=long, tol=tol)
+    assert first.converged, name
+    warm = _fit(name, total_count=N, max_iters=long, tol=tol, init=first.model)
+    assert warm.converged and warm.iterations < first.iterations, (warm.iterations,
+                                                                    first.iterations)
+    assert warm.extras.get("init", "given") == "given"
+    np.testing.assert_allclose(np.asarray(warm.loss_trace)[0], np.asarray(first.loss_trace)[-1],
+                               rtol=1e-6)
+    # θ works as well as the model
+    again = _fit(name, total_count=N, max_iters=long, tol=tol, init=first.model.theta)
+    assert again.iterations == warm.iterations
+
+
+@pytest.mark.parametrize("name", ["mcem", "variational-em"])
+def test_warm_start_is_used_by_the_stochastic_em(name: str, base_fits: dict[str, Result]) -> None:
+    previous = base_fits[name]
+    warm = _fit(name, total_count=N, init=previous.model)
+    assert warm.extras["init"] == "given"
+    nll = measurement_nll(NET, MS, N)
+    # the trace starts at the previous fit's model, not at the naive start
+    assert np.asarray(warm.loss_trace)[0] == pytest.approx(nll(previous.model.theta), rel=1e-9)
+    assert np.asarray(warm.loss_trace)[0] == pytest.approx(np.asarray(previous.loss_trace)[-1],
+                                                           rel=1e-9)
+
+
+def test_warm_start_of_posterior_mean() -> None:
+    settings = dict(method="nuts", num_warmup=20, max_iters=20, total_count=N)
+    start = _fit("naive", total_count=N).model
+    uniform = _fit("posterior-mean", **settings)
+    warm = _fit("posterior-mean", init=start, **settings)
+    assert warm.extras["init"] == "given" and uniform.extras["init"] == "uniform"
+    assert not np.allclose(np.asarray(warm.model.theta), np.asarray(uniform.model.theta))
+    with pytest.raises(ValueError, match="method='nuts'"):
+        _fit("posterior-mean", total_count=N, init=start)  # the SVI guide has one start
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_deprecated_spellings_warn_and_agree(name: str, base_fits: dict[str, Result]) -> None:
+    call, topic = OLD[name]
+    with pytest.warns(DeprecationWarning) as record:
+        old = call(ESTIMATORS[name], MS, OPTIONS[name])
+    messages = [str(w.message) for w in record]
+    assert any(topic in m for m in messages), messages
+    # every warning names the new spelling
+    assert all(m.endswith("=...") and ("keyword" in m or "use" in m) for m in messages), messages
+    np.testing.assert_allclose(np.asarray(old.model.theta),
+                               np.asarray(base_fits[name].model.theta), rtol=1e-9, atol=1e-9)
+    with pytest.raises(TypeError, match="multiple values|both"):
+        ESTIMATORS[name](MS, NET, N, total_count=N)
+
+
+@pytest.mark.parametrize("name", sorted(STOCHASTIC))
+def test_stochastic_estimators_want_a_key(name: str, base_fits: dict[str, Result]) -> None:
+    options = dict(OPTIONS[name])
+    with pytest.warns(DeprecationWarning, match="rng_key"):
+        fit = ESTIMATORS[name](MS, NET, total_count=N, **options)  # the documented key(0)
+    np.testing.assert_allclose(np.asarray(fit.model.theta),
+                               np.asarray(base_fits[name].model.theta), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(set(NAMES) - STOCHASTIC))
+def test_deterministic_estimators_ignore_the_key(name: str, base_fits: dict[str, Result]) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        fit = _fit(name, total_count=N, rng_key=jax.random.key(7))
+    np.testing.assert_array_equal(np.asarray(fit.model.theta),
+                                  np.asarray(base_fits[name].model.theta))
+
+
+# ------------------------------------------------------------------------------------------------
+# learners from records: f(data, domain, *, budget, rng_key, ledger=None, **options)
+# ------------------------------------------------------------------------------------------------
+LEARNERS = {"learn_ising": dict(width=1.0, iterations=20),
+            "learn_pairwise": dict(width=1.0, iterations=20),
+            "learn_twise": dict(order=2, width=1.0, iterations=20)}
+
+
+def _learner(name: str):
+    from numpyro_dpgm.estimation import private_mrf
+
+    return getattr(private_mrf, name)
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_learner_signature(name: str) -> None:
+    params = list(inspect.signature(_learner(name)).parameters.values())
+    assert [(p.name, p.kind) for p in params[:5]] == [
+        ("data", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("domain", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("budget", inspect.Parameter.KEYWORD_ONLY),
+        ("rng_key", inspect.Parameter.KEYWORD_ONLY),
+        ("ledger", inspect.Parameter.KEYWORD_ONLY),
+    ]
+    assert params[2].default is inspect.Parameter.empty and params[4].default is None
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:])
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_learner_old_spellings_warn_and_agree(name: str) -> None:
+    codes = np.random.default_rng(0).integers(0, 2, size=(200, 3))
+    data = codes if name == "learn_pairwise" else 1 - 2 * codes
+    f, options = _learner(name), dict(LEARNERS[name])
+    if name == "learn_pairwise":
+        options["domain"] = 2  # it needs the alphabet: 2 values per attribute
+    new = f(data, budget=1.0, rng_key=KEY, **options)
+    with pytest.warns(DeprecationWarning) as record:
+        old = f(data, 1.0, key=KEY, **options)  # the budget was the second positional argument
+    messages = [str(w.message) for w in record]
+    assert any("'privacy' by position" in m and "budget=" in m for m in messages), messages
+    assert any("'key'" in m and "rng_key=" in m for m in messages), messages
+    np.testing.assert_array_equal(np.asarray(old.model.theta), np.asarray(new.model.theta))
+    with pytest.warns(DeprecationWarning, match="'privacy' is deprecated; use budget="):
+        again = f(data, privacy=1.0, rng_key=KEY, **options)
+    np.testing.assert_array_equal(np.asarray(again.model.theta), np.asarray(new.model.theta))
+    # the new spelling with a domain in second place reads it as the domain
+    domain = Domain({f"v{i}": 2 for i in range(3)})
+    options.pop("domain", None)
+    named = f(data, domain if name == "learn_pairwise" else list(domain.attrs), budget=1.0,
+              rng_key=KEY, **options)
+    assert tuple(named.model.network.domain.attrs) == ("v0", "v1", "v2")
+
+
+def test_mwem_pgm_old_spellings_warn_and_agree() -> None:
+    from numpyro_dpgm.estimation import mwem_pgm
+    from numpyro_dpgm.privacy import ZCDP
+
+    params = list(inspect.signature(mwem_pgm).parameters.values())
+    assert [p.name for p in params[:5]] == ["data", "domain", "budget", "rng_key", "ledger"]
+    records = np.random.default_rng(1).integers(0, 2, size=(300, 3))
+    domain = Domain({"a": 2, "b": 2, "c": 2})
+    workload = [("a", "b"), ("b", "c")]
+    new = mwem_pgm(records, domain, budget=ZCDP(0.5), rng_key=3, workload=workload, rounds=1,
+                   iters=10)
+    with pytest.warns(DeprecationWarning) as record:
+        old = mwem_pgm(records, domain, workload, ZCDP(0.5), 1, key=3, iters=10)
+    messages = [str(w.message) for w in record]
+    for name in ("'workload'", "'budget'", "'rounds'", "'key'"):
+        assert any(name in m for m in messages), messages
+    np.testing.assert_array_equal(np.asarray(old.model.theta), np.asarray(new.model.theta))
