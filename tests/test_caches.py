@@ -109,13 +109,13 @@ def test_variational_em_after_eviction_equals_a_fresh_fit(
     first; refitting the first (model and engine rebuilt) gives the fit of a fresh cache."""
     monkeypatch.setattr(variational_em_module, "_MODELS", LRUCache(1))
     monkeypatch.setattr(estep_module, "_ENGINES", LRUCache(1))
-    opts = dict(max_em_iters=2, init="zeros", first_steps=50, steps=50, mean_draws=16,
-                key=jax.random.key(3))
-    fresh = variational_em_module.variational_em(release(1.0), NET, 20, **opts)
+    opts = dict(max_iters=2, init="zeros", first_steps=50, steps=50, mean_draws=16,
+                rng_key=jax.random.key(3))
+    fresh = variational_em_module.variational_em(release(1.0), NET, total_count=20, **opts)
     other_net = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])
     other = [Measurement(("a", "b"), np.arange(1.0, 7.0), Laplace(1.0))]
-    variational_em_module.variational_em(other, other_net, 21, **opts)
+    variational_em_module.variational_em(other, other_net, total_count=21, **opts)
     assert len(variational_em_module._MODELS) == 1 and len(estep_module._ENGINES) == 1
-    refit = variational_em_module.variational_em(release(1.0), NET, 20, **opts)
+    refit = variational_em_module.variational_em(release(1.0), NET, total_count=20, **opts)
     np.testing.assert_allclose(np.asarray(refit.model.theta), np.asarray(fresh.model.theta),
                                atol=1e-8)
