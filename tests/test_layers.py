@@ -50,6 +50,11 @@ LAYERS = {
     # 2. oracles
     "numpyro_dpgm.inference": ORACLES,
     "numpyro_dpgm.inference.junction_tree": ORACLES,
+    "numpyro_dpgm.inference.triangulation": ORACLES,
+    "numpyro_dpgm.inference.memory": ORACLES,
+    "numpyro_dpgm.inference.calibration": ORACLES,
+    "numpyro_dpgm.inference.queries": ORACLES,
+    "numpyro_dpgm.inference.factored": ORACLES,
     "numpyro_dpgm.inference.region_graph": ORACLES,
     "numpyro_dpgm.inference._region_layout": ORACLES,
     "numpyro_dpgm.inference.gbp": ORACLES,

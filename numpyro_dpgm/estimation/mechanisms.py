@@ -62,6 +62,8 @@ from ..data import Dataset, count
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
 from ..inference import junction_tree as jt
+from ..inference.calibration import calibrate_marginals, clique_log_potentials
+from ..inference.queries import query_marginal
 from ..measurements import Gaussian, Measurement
 from ..metrics import embed_theta
 from ..network import MarkovNetwork
@@ -118,7 +120,7 @@ def exponential_mechanism(
 
 def _tree_marginals(network: MarkovNetwork, theta: Any) -> tuple[Any, Any]:
     tree = jt.build_junction_tree(network)
-    return tree, jt.calibrate_marginals(tree, jt.clique_log_potentials(tree, network, theta))
+    return tree, calibrate_marginals(tree, clique_log_potentials(tree, network, theta))
 
 
 def _model_marginals(
@@ -128,7 +130,7 @@ def _model_marginals(
     if model is None:
         return {c: np.full(domain.shape_of(c), 1.0 / domain.size(c)) for c in cliques}
     tree, cal = _tree_marginals(model.network, model.theta)
-    return {c: np.asarray(jt.query_marginal(tree, cal, c)) for c in cliques}
+    return {c: np.asarray(query_marginal(tree, cal, c)) for c in cliques}
 
 
 def workload_error(
