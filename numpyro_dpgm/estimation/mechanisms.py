@@ -70,7 +70,8 @@ from ..network import MarkovNetwork
 from ..privacy.conversions import approx_to_zcdp
 from ..privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 from ..privacy.ledger import PrivacyLedger
-from ..privacy.mechanisms import _check_neighbours, calibrate, marginal_sensitivity, release_tables
+from ..privacy.releases import release_tables
+from ..privacy.sensitivity import _check_neighbours, calibrate, marginal_sensitivity
 from .prox_pgm import MarginalOracle, prox_pgm
 from .result import Result
 
