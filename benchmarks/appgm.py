@@ -95,7 +95,7 @@ def measure(dataset: Any, cliques: Sequence[Clique], seed: int) -> tuple[list, d
     from numpyro_dpgm.data import count
     from numpyro_dpgm.experiments.mckenna2021 import SIGMA_RDP
     from numpyro_dpgm.measurements import Gaussian, Measurement
-    from numpyro_dpgm.privacy.mechanisms import simulate_noise
+    from numpyro_dpgm.privacy.samplers import simulate_noise
 
     tables = count(dataset.records, list(cliques), dataset.domain)
     truth = {c: np.asarray(tables[c], dtype=float) for c in cliques}

@@ -6,7 +6,7 @@ The two marginal oracles of Prox-PGM are timed as ``prox_pgm`` calls them,
 - **exact**: :class:`numpyro_dpgm.estimation.prox_pgm.ExactOracle` (log-space sum-product on
   the min-fill junction tree). Junction trees with a clique above the memory cap
   (``--max-clique-bytes``, default the library's 1 GiB) are refused by the oracle with
-  :class:`~numpyro_dpgm.inference.junction_tree.CliqueTooLargeError`; the refusal and its
+  :class:`~numpyro_dpgm.inference.memory.CliqueTooLargeError`; the refusal and its
   message are recorded.
 - **convex_gbp**: :class:`numpyro_dpgm.inference.gbp.ConvexGBPOracle` (saturated
   region graph, counting numbers 1, one warm-started sweep per call: APPGM's oracle, seed 003
@@ -100,7 +100,7 @@ def _timed_calls(fn: Any, args: tuple, repeats: int) -> list[float]:
 
 def run_oracle(name: str, oracle: Any, theta: Any, repeats: int) -> dict[str, Any]:
     """Compile, time and measure one oracle on one network."""
-    from numpyro_dpgm.inference.junction_tree import CliqueTooLargeError
+    from numpyro_dpgm.inference.memory import CliqueTooLargeError
 
     state = oracle.init_state()
     try:
@@ -219,7 +219,7 @@ def main(args: argparse.Namespace) -> int:
     """
     import contextlib
 
-    from numpyro_dpgm.inference import junction_tree as jt
+    from numpyro_dpgm.inference import memory
 
     jax.config.update("jax_enable_x64", True)
     attrs = [int(s) for s in args.attrs.split(",") if s]
@@ -227,7 +227,7 @@ def main(args: argparse.Namespace) -> int:
     if any(n < 2 for n in attrs):
         raise SystemExit("--attrs: every network needs at least 2 attributes")
     cap = (contextlib.nullcontext() if args.max_clique_bytes is None
-           else jt.clique_memory_cap(args.max_clique_bytes))
+           else memory.clique_memory_cap(args.max_clique_bytes))
     jax.block_until_ready(jnp.zeros(1) + 1)
     results: dict[str, Any] = {
         "benchmark": "scale",
@@ -236,7 +236,7 @@ def main(args: argparse.Namespace) -> int:
         "machine": _machine(),
         "settings": {"attrs": attrs, "ratios": ratios, "values": args.values,
                      "repeats": args.repeats, "seed": args.seed, "x64": True,
-                     "max_clique_bytes": args.max_clique_bytes or jt.max_clique_bytes(),
+                     "max_clique_bytes": args.max_clique_bytes or memory.max_clique_bytes(),
                      "log_potentials": "iid N(0, 1) per cell",
                      "convex_gbp": "saturated region graph, counting numbers 1, 1 sweep/call"},
         "load_average_start": _load(),

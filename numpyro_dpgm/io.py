@@ -105,7 +105,7 @@ from .measurements import (
 from .network import MarkovNetwork
 from .privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 from .privacy.ledger import PrivacyLedger
-from .privacy.mechanisms import Sensitivity
+from .privacy.sensitivity import Sensitivity
 
 __all__ = [
     "FORMAT_VERSION",

@@ -522,7 +522,7 @@ def test_release_size_is_checked_and_sparse_tables_warned(tmp_path):
     import inspect
 
     from numpyro_dpgm import cli
-    from numpyro_dpgm.privacy.mechanisms import DEFAULT_MAX_CELLS
+    from numpyro_dpgm.privacy.releases import DEFAULT_MAX_CELLS
 
     assert inspect.signature(cli.release).parameters["max_cells"].default == DEFAULT_MAX_CELLS
     out = tmp_path / "m.json"

@@ -47,9 +47,15 @@ LAYERS = {
     "numpyro_dpgm.privacy.conversions": CORE,
     "numpyro_dpgm.privacy.calibration": CORE,
     "numpyro_dpgm.privacy.ledger": CORE,
+    "numpyro_dpgm.privacy.sensitivity": CORE,
     # 2. oracles
     "numpyro_dpgm.inference": ORACLES,
     "numpyro_dpgm.inference.junction_tree": ORACLES,
+    "numpyro_dpgm.inference.triangulation": ORACLES,
+    "numpyro_dpgm.inference.memory": ORACLES,
+    "numpyro_dpgm.inference.calibration": ORACLES,
+    "numpyro_dpgm.inference.queries": ORACLES,
+    "numpyro_dpgm.inference.factored": ORACLES,
     "numpyro_dpgm.inference.region_graph": ORACLES,
     "numpyro_dpgm.inference._region_layout": ORACLES,
     "numpyro_dpgm.inference.gbp": ORACLES,
@@ -100,12 +106,13 @@ LAYERS = {
     "numpyro_dpgm.estimation.private_mrf.structure": ESTIMATION,
     "numpyro_dpgm.estimation.private_mrf.conversions": ESTIMATION,
     # 6. mechanisms and outputs
-    "numpyro_dpgm.privacy.mechanisms": MECHANISMS,  # needs distributions.noise and data only
+    "numpyro_dpgm.privacy.samplers": MECHANISMS,  # needs distributions.noise
+    "numpyro_dpgm.privacy.releases": MECHANISMS,  # needs distributions.noise and data only
     "numpyro_dpgm.privacy": MECHANISMS,
     "numpyro_dpgm.estimation.mechanisms": MECHANISMS,
     "numpyro_dpgm.estimation": MECHANISMS,  # re-exports estimation.mechanisms
     "numpyro_dpgm.synthesis": MECHANISMS,  # records from estimates and posteriors (infer.bayes)
-    "numpyro_dpgm.io": MECHANISMS,  # files of releases (privacy.mechanisms) and models
+    "numpyro_dpgm.io": MECHANISMS,  # files of releases (privacy.releases) and models
     # 7. front ends
     "numpyro_dpgm": FRONT,
     "numpyro_dpgm.cli": FRONT,

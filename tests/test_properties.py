@@ -29,6 +29,7 @@ from oracles.brute_force import BruteForce, empirical_tv, tv_bound
 
 from numpyro_dpgm import Domain, MarkovNetwork, MarkovRandomField, count
 from numpyro_dpgm.inference import junction_tree as jt
+from numpyro_dpgm.inference.calibration import calibrate_marginals, clique_log_potentials
 from numpyro_dpgm.inference.gbp import convex_gbp
 from numpyro_dpgm.inference.region_graph import build_region_graph
 from numpyro_dpgm.tables import project_table
@@ -79,7 +80,7 @@ def test_junction_tree_equals_brute_force(data: st.DataObject) -> None:
         np.testing.assert_allclose(table, exact.marginal(c), rtol=0, atol=1e-9)
     # calibrated junction-tree cliques agree on every separator, and with brute force
     tree = jt.build_junction_tree(net)
-    cal = jt.calibrate_marginals(tree, jt.clique_log_potentials(tree, net, jnp.asarray(theta)))
+    cal = calibrate_marginals(tree, clique_log_potentials(tree, net, jnp.asarray(theta)))
     assert abs(float(cal.log_z) - exact.log_z) <= 1e-10 * max(1.0, abs(exact.log_z))
     for i, p in enumerate(tree.parent):
         np.testing.assert_allclose(np.asarray(cal.marginals[i]), exact.marginal(tree.cliques[i]),

@@ -62,13 +62,16 @@ from ..data import Dataset, count
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
 from ..inference import junction_tree as jt
+from ..inference.calibration import calibrate_marginals, clique_log_potentials
+from ..inference.queries import query_marginal
 from ..measurements import Gaussian, Measurement
 from ..metrics import embed_theta
 from ..network import MarkovNetwork
 from ..privacy.conversions import approx_to_zcdp
 from ..privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 from ..privacy.ledger import PrivacyLedger
-from ..privacy.mechanisms import _check_neighbours, calibrate, marginal_sensitivity, release_tables
+from ..privacy.releases import release_tables
+from ..privacy.sensitivity import _check_neighbours, calibrate, marginal_sensitivity
 from .contract import learner
 from .prox_pgm import MarginalOracle, prox_pgm
 from .result import Result
@@ -119,7 +122,7 @@ def exponential_mechanism(
 
 def _tree_marginals(network: MarkovNetwork, theta: Any) -> tuple[Any, Any]:
     tree = jt.build_junction_tree(network)
-    return tree, jt.calibrate_marginals(tree, jt.clique_log_potentials(tree, network, theta))
+    return tree, calibrate_marginals(tree, clique_log_potentials(tree, network, theta))
 
 
 def _model_marginals(
@@ -129,7 +132,7 @@ def _model_marginals(
     if model is None:
         return {c: np.full(domain.shape_of(c), 1.0 / domain.size(c)) for c in cliques}
     tree, cal = _tree_marginals(model.network, model.theta)
-    return {c: np.asarray(jt.query_marginal(tree, cal, c)) for c in cliques}
+    return {c: np.asarray(query_marginal(tree, cal, c)) for c in cliques}
 
 
 def workload_error(

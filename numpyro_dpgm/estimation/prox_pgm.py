@@ -65,6 +65,7 @@ import numpy as np
 from .._precision import warn_if_float32
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
+from ..inference import calibration
 from ..inference import junction_tree as jt
 from ..inference.gbp import ConvexGBPOracle
 from ..measurements import Measurement, estimate_total
@@ -170,7 +171,7 @@ class ExactOracle:
     def __call__(self, theta: Array, state: Any) -> tuple[Array, Array, Any]:
         net = self.network
         tree = jt.build_junction_tree(net, self.method)
-        cal = jt.calibrate(tree, jt.clique_log_potentials(tree, net, theta))
+        cal = calibration.calibrate(tree, calibration.clique_log_potentials(tree, net, theta))
         parts = []
         for c in net.cliques:
             i = tree.containing(c)

@@ -74,7 +74,8 @@ from ..inference import junction_tree as jt
 from ..inference.nlbp import nlbp_map
 from ..measurements import Laplace, Measurement
 from ..network import MarkovNetwork
-from ..privacy.mechanisms import simulate_noise, simulate_release
+from ..privacy.releases import simulate_release
+from ..privacy.samplers import simulate_noise
 
 __all__ = [
     "ExactSampler",

@@ -17,7 +17,7 @@ from ..distributions.mrf import MarkovRandomField
 from ..infer.bayes import NoisyMarginalsModel, noisy_marginals_model, reference_coding, run_nuts
 from ..infer.diagnostics import ConvergenceReport, convergence_report, to_inference_data
 from ..network import MarkovNetwork
-from ..privacy.mechanisms import simulate_release
+from ..privacy.releases import simulate_release
 
 __all__ = ["DemoRelease", "DemoRun", "demo_convergence", "demo_release"]
 

@@ -58,7 +58,7 @@ from ..network import MarkovNetwork
 from ..privacy.calibration import analytic_gaussian_delta, gaussian_sigma_approx
 from ..privacy.guarantees import ApproxDP
 from ..privacy.ledger import PrivacyLedger
-from ..privacy.mechanisms import simulate_noise
+from ..privacy.samplers import simulate_noise
 
 __all__ = ["DELTA", "EXACT_CELL_CAP", "PAPER", "SIGMA_RDP", "adult_cliques", "run"]
 

@@ -1,11 +1,10 @@
 """Marginal oracles: given log-potentials, return log Z and clique marginals."""
 
+from .calibration import Calibrated, calibrate
 from .gbp import ConvexGBPOracle, GBPState, convex_gbp
 from .junction_tree import (
-    Calibrated,
     JunctionTree,
     build_junction_tree,
-    calibrate,
     log_partition,
     marginal,
     marginals,

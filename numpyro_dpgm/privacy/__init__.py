@@ -1,12 +1,14 @@
 """Differential privacy: guarantees and their composition (:mod:`.guarantees`), conversions
 between them (:mod:`.conversions`), noise calibration (:mod:`.calibration`), budgets and ledgers
-(:mod:`.ledger`), releases of clique tables (:mod:`.mechanisms`).
+(:mod:`.ledger`), sensitivity and the noise it calls for (:mod:`.sensitivity`), noise samplers
+(:mod:`.samplers`), releases of clique tables (:mod:`.releases`).
 
 Real releases draw their noise with OpenDP's vetted samplers (``sampler="opendp"``, the
 default); the JAX sampler (``sampler="jax"``, :func:`simulate_release`, :func:`simulate_noise`)
 is for simulation studies only.
 """
 
+from ..measurements import estimate_total
 from .calibration import (
     analytic_gaussian_delta,
     analytic_gaussian_epsilon,
@@ -18,20 +20,19 @@ from .calibration import (
 from .conversions import approx_to_zcdp, pure_to_zcdp, zcdp_to_approx
 from .guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP, compose
 from .ledger import BudgetExceededError, LedgerEntry, PrivacyBudget, PrivacyLedger
-from .mechanisms import (
-    MECHANISMS,
-    NEIGHBOURS,
-    Sensitivity,
-    calibrate,
-    estimate_total,
-    marginal_sensitivity,
+from .releases import (
+    DEFAULT_MAX_CELLS,
+    SparseTableWarning,
+    check_release_size,
     release,
     release_tables,
-    simulate_noise,
     simulate_release,
 )
+from .samplers import simulate_noise
+from .sensitivity import MECHANISMS, NEIGHBOURS, Sensitivity, calibrate, marginal_sensitivity
 
 __all__ = [
+    "DEFAULT_MAX_CELLS",
     "ApproxDP",
     "BudgetExceededError",
     "LedgerEntry",
@@ -42,11 +43,13 @@ __all__ = [
     "PrivacyLedger",
     "PureDP",
     "Sensitivity",
+    "SparseTableWarning",
     "ZCDP",
     "analytic_gaussian_delta",
     "analytic_gaussian_epsilon",
     "approx_to_zcdp",
     "calibrate",
+    "check_release_size",
     "compose",
     "estimate_total",
     "gaussian_rho",

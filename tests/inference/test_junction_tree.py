@@ -21,6 +21,8 @@ from oracles.brute_force import (
 
 from numpyro_dpgm import Domain, MarkovNetwork
 from numpyro_dpgm.inference import junction_tree as jt
+from numpyro_dpgm.inference import memory
+from numpyro_dpgm.inference.calibration import clique_log_potentials
 
 METHODS = ("min_fill", "min_size")
 NAMES = [s.name for s in STRUCTURES]
@@ -291,8 +293,8 @@ def test_sample_is_reproducible_and_keyed() -> None:
 # ------------------------------------------------------------------------------------------------
 def test_memory_cap_refuses_large_cliques(monkeypatch) -> None:
     """A clique above the cap is refused, naming it, its cells and bytes, and convex_gbp."""
-    monkeypatch.delenv(jt.MAX_CLIQUE_BYTES_ENV, raising=False)
-    assert jt.max_clique_bytes() == jt.DEFAULT_MAX_CLIQUE_BYTES == 2**30
+    monkeypatch.delenv(memory.MAX_CLIQUE_BYTES_ENV, raising=False)
+    assert memory.max_clique_bytes() == memory.DEFAULT_MAX_CLIQUE_BYTES == 2**30
     # a 4-cycle of 1000-value attributes: triangulation makes cliques of 10^9 cells (8 GB)
     domain = Domain({a: 1000 for a in "abcd"})
     big = MarkovNetwork(domain, [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a")])
@@ -302,8 +304,8 @@ def test_memory_cap_refuses_large_cliques(monkeypatch) -> None:
     for call in (lambda: jt.log_partition(big, theta), lambda: jt.marginals(big, theta),
                  lambda: jt.marginal(big, theta, ("a", "c")),
                  lambda: jt.sample(big, theta, jax.random.key(0), 2),
-                 lambda: jt.clique_log_potentials(tree, big, theta)):
-        with pytest.raises(jt.CliqueTooLargeError) as err:
+                 lambda: clique_log_potentials(tree, big, theta)):
+        with pytest.raises(memory.CliqueTooLargeError) as err:
             call()
         msg = str(err.value)
         assert f"clique {max(tree.cliques, key=domain.size)} with" in msg
@@ -313,28 +315,28 @@ def test_memory_cap_refuses_large_cliques(monkeypatch) -> None:
 
     # the cap is overridable: argument, context, environment (read at each check)
     small = MarkovNetwork(Domain({"a": 4, "b": 5, "c": 6}), [("a", "b"), ("b", "c")])
-    jt.check_memory(jt.build_junction_tree(small))  # 30 cells: far below the default
-    with pytest.raises(jt.CliqueTooLargeError, match=r"30 cells \(240 bytes"):
-        jt.check_memory(jt.build_junction_tree(small), max_bytes=239)
-    jt.check_memory(jt.build_junction_tree(small), max_bytes=240)
-    with jt.clique_memory_cap(100):
-        assert jt.max_clique_bytes() == 100
-        with pytest.raises(jt.CliqueTooLargeError, match="cap of 100 bytes"):
+    memory.check_memory(jt.build_junction_tree(small))  # 30 cells: far below the default
+    with pytest.raises(memory.CliqueTooLargeError, match=r"30 cells \(240 bytes"):
+        memory.check_memory(jt.build_junction_tree(small), max_bytes=239)
+    memory.check_memory(jt.build_junction_tree(small), max_bytes=240)
+    with memory.clique_memory_cap(100):
+        assert memory.max_clique_bytes() == 100
+        with pytest.raises(memory.CliqueTooLargeError, match="cap of 100 bytes"):
             jt.log_partition(small, jnp.zeros(small.num_params))
-    monkeypatch.setenv(jt.MAX_CLIQUE_BYTES_ENV, "200")
-    with pytest.raises(jt.CliqueTooLargeError, match="cap of 200 bytes"):
+    monkeypatch.setenv(memory.MAX_CLIQUE_BYTES_ENV, "200")
+    with pytest.raises(memory.CliqueTooLargeError, match="cap of 200 bytes"):
         jt.marginals(small, jnp.zeros(small.num_params) + 0.5)
-    monkeypatch.setenv(jt.MAX_CLIQUE_BYTES_ENV, str(16 * 2**30))
-    assert jt.max_clique_bytes() == 16 * 2**30
+    monkeypatch.setenv(memory.MAX_CLIQUE_BYTES_ENV, str(16 * 2**30))
+    assert memory.max_clique_bytes() == 16 * 2**30
     assert float(jt.log_partition(small, jnp.zeros(small.num_params))) == pytest.approx(
         np.log(120))
     for bad in ("-5", "1e9", "lots"):
-        monkeypatch.setenv(jt.MAX_CLIQUE_BYTES_ENV, bad)
+        monkeypatch.setenv(memory.MAX_CLIQUE_BYTES_ENV, bad)
         with pytest.raises(ValueError, match="NUMPYRO_DPGM_MAX_CLIQUE_BYTES must be a positive"):
-            jt.max_clique_bytes()
+            memory.max_clique_bytes()
     for bad in (0, -1, 1.5, True, "x"):
         with pytest.raises(ValueError, match="max_bytes must be a positive integer"):
-            jt.check_memory(jt.build_junction_tree(small), max_bytes=bad)
+            memory.check_memory(jt.build_junction_tree(small), max_bytes=bad)
 
 
 def test_inverse_cdf_draws_each_rows_categorical_and_never_a_zero_cell() -> None:

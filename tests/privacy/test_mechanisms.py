@@ -31,7 +31,7 @@ from numpyro_dpgm.privacy import (
     simulate_noise,
     simulate_release,
 )
-from numpyro_dpgm.privacy import mechanisms as mech_module
+from numpyro_dpgm.privacy import releases as release_module
 
 DOMAIN = Domain({"a": 2, "b": 3, "c": 2})
 CLIQUES = [("a", "b"), ("b", "c")]
@@ -229,9 +229,10 @@ def test_release_errors(records):
 @pytest.mark.parametrize("sampler,rng", [("jax", 0), ("opendp", None)])
 def test_refusal_draws_nothing(records, monkeypatch, sampler, rng):
     draws = []
-    real_jax, real_odp = mech_module.simulate_noise, mech_module._opendp_draw
-    monkeypatch.setattr(mech_module, "simulate_noise", lambda *a: draws.append(a) or real_jax(*a))
-    monkeypatch.setattr(mech_module, "_opendp_draw", lambda *a: draws.append(a) or real_odp(*a))
+    real_jax, real_odp = release_module.simulate_noise, release_module._opendp_draw
+    monkeypatch.setattr(release_module, "simulate_noise",
+                        lambda *a: draws.append(a) or real_jax(*a))
+    monkeypatch.setattr(release_module, "_opendp_draw", lambda *a: draws.append(a) or real_odp(*a))
     ledger = PrivacyLedger(ZCDP(0.5))
     kw = dict(domain=DOMAIN, sampler=sampler, rng=rng, ledger=ledger, mechanism="gaussian")
     release(records, CLIQUES, ZCDP(0.3), **kw)
@@ -425,19 +426,19 @@ def test_release_above_max_cells_is_refused_before_the_ledger_pays(records):
                 max_cells=10)
     assert len(ledger.history) == 0 and ledger.spent == 0
     with pytest.raises(ValueError, match="max_cells must be positive"):
-        mech_module.check_release_size(CLIQUES, DOMAIN, max_cells=0)
+        release_module.check_release_size(CLIQUES, DOMAIN, max_cells=0)
 
 
 def test_release_beyond_the_machine_is_refused(monkeypatch):
     # a 100-byte machine; the release needs 12 cells × 64 bytes
-    monkeypatch.setattr(mech_module, "_physical_memory", lambda: 100)
+    monkeypatch.setattr(release_module, "_physical_memory", lambda: 100)
     with pytest.raises(ValueError, match=r"more than this machine's"):
-        mech_module.check_release_size(CLIQUES, DOMAIN)
+        release_module.check_release_size(CLIQUES, DOMAIN)
 
 
 def test_a_table_with_more_cells_than_records_warns(records):
     few = records[:5]
-    with pytest.warns(mech_module.SparseTableWarning,
+    with pytest.warns(release_module.SparseTableWarning,
                       match=r"clique \('a', 'b'\) has 6 cells, 1.2× the 5 records"):
         release(few, CLIQUES, 0.5, domain=DOMAIN, sampler="jax", rng=1)
-    assert mech_module.check_release_size(CLIQUES, DOMAIN, num_records=6) == 12
+    assert release_module.check_release_size(CLIQUES, DOMAIN, num_records=6) == 12

@@ -35,6 +35,7 @@ from ...distributions.constraints import (
 from ...distributions.noise import GaussianNoise, LaplaceNoise
 from ...domain import Clique
 from ...inference import junction_tree as jt
+from ...inference.calibration import clique_log_potentials
 from ...measurements import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Measurement
 from ...network import MarkovNetwork
 from ...tables import project_table
@@ -276,7 +277,7 @@ class NoisyMarginalsModel:
         index = {frozenset(c): i for i, c in enumerate(tree.cliques)}
 
         def fn(t: Array) -> Array:
-            psi = jt.clique_log_potentials(tree, net, t)
+            psi = clique_log_potentials(tree, net, t)
             return latent.flatten({c: psi[index[frozenset(c)]] for c in latent.cliques})
 
         for _ in range(jnp.ndim(theta) - 1):

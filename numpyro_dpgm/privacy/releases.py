@@ -2,48 +2,16 @@
 
 :func:`release` counts the tables ``n_C`` of the cliques ``C ∈ 𝒞`` (:func:`numpyro_dpgm.data.count`)
 and adds independent noise to every cell, calibrated to the sensitivity of releasing the
-``|𝒞|`` tables *together* under an explicit neighbouring relation:
+``|𝒞|`` tables *together* under an explicit neighbouring relation
+(:func:`~numpyro_dpgm.privacy.sensitivity.marginal_sensitivity`,
+:func:`~numpyro_dpgm.privacy.sensitivity.calibrate`); the noise is drawn by OpenDP's vetted
+samplers (``sampler="opendp"``, the default) or, for simulation studies only, by a seeded JAX
+sampler (:mod:`~numpyro_dpgm.privacy.samplers`). :func:`simulate_release` is the same as
+``release(..., sampler="jax", rng=key)``.
 
-==================  ====================  ======================
-neighbours          L1 sensitivity Δ₁      L2 sensitivity Δ₂
-==================  ====================  ======================
-``"add_remove"``    ``B·|𝒞|``             ``B·√|𝒞|``
-``"replace_one"``   ``2·B·|𝒞|``           ``B·√(2|𝒞|)``
-==================  ====================  ======================
-
-Adding or removing one person changes each table by a non-negative vector of total mass at most
-``B``, the *person bound* (1 for plain counts: one record per person); replacing a person removes
-one such vector and adds another, so the L1 change per table is at most ``2B`` and the L2 change
-at most ``√2·B`` (the two vectors are non-negative, so ``‖u − v‖₂² ≤ ‖u‖₁² + ‖v‖₁²``).
-Summing over the ``|𝒞|`` tables gives the table above.
-
-Noise (the :data:`~numpyro_dpgm.measurements.NoiseSpec` carried by each measurement):
-
-* ``"laplace"`` / ``"discrete_laplace"``: scale ``b = Δ₁/ε``; ε-DP (Dwork & Roth 2014, Thm 3.6;
-  for the discrete version Ghosh, Roughgarden & Sundararajan 2012).
-* ``"gaussian"`` / ``"discrete_gaussian"``: ``σ = Δ₂/√(2ρ)`` for a ``ZCDP(ρ)`` budget
-  (Bun & Steinke 2016, Prop. 1.6; Canonne, Kamath & Steinke 2020, Thm 4 for the discrete
-  Gaussian). For an ``ApproxDP(ε, δ)`` budget the continuous Gaussian is calibrated by the
-  analytic Gaussian mechanism (Balle & Wang 2018, Thm 8) unless ``calibration="zcdp"``; the
-  discrete Gaussian always goes through zCDP, ``ρ = approx_to_zcdp(ε, δ)``, because the analytic
-  bound is proven for the continuous distribution only.
-
-Noise back ends (``sampler=``):
-
-* ``"opendp"`` (default, for real releases): OpenDP's vetted samplers. ``make_laplace`` and
-  ``make_gaussian`` on ``Vec<i64>`` draw the discrete Laplace and the discrete Gaussian exactly
-  (Canonne, Kamath & Steinke 2020); on ``Vec<f64>`` they release the continuous mechanisms by
-  rounding the input to a fine grid (granularity ``2^k``) and adding exactly sampled discrete
-  noise on that grid, which avoids the floating-point weaknesses of textbook samplers
-  (Mironov 2012).
-  OpenDP draws from the operating system's cryptographic random source and cannot be seeded.
-  Its constructors require the ``"contrib"`` feature flag, which is enabled only while the
-  measurement is built (and switched off again if it was off). OpenDP's own privacy map is
-  evaluated for every release and must agree with the closed form above that the ledger is
-  charged with.
-* ``"jax"``: a JAX-key-seeded sampler **for simulation studies only** (reproducible noise for
-  experiments and tests); it uses floating-point samplers that are not safe for real releases.
-  :func:`simulate_release` is the same as ``release(..., sampler="jax", rng=key)``.
+Before anything is counted or spent, :func:`check_release_size` refuses a release too large to
+make or keep (above :data:`DEFAULT_MAX_CELLS` cells or the machine's memory) and warns
+(:class:`SparseTableWarning`) of a table with more cells than records.
 
 When a :class:`~numpyro_dpgm.privacy.ledger.PrivacyLedger` is given, it is debited after all
 arguments are validated and before any noise is drawn; a release that would overspend raises
@@ -52,21 +20,16 @@ arguments are validated and before any noise is drawn; a release that would over
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
 from ..data import Dataset, count
-from ..distributions.noise import discrete_gaussian_draw, discrete_laplace_draw
 from ..domain import Clique, Domain
 from ..measurements import (
     DiscreteGaussian,
@@ -75,42 +38,39 @@ from ..measurements import (
     Laplace,
     Measurement,
     NoiseSpec,
-    estimate_total,
 )
 from ..network import MarkovNetwork
 from ..tables import CliqueTables
-from .calibration import gaussian_rho, gaussian_sigma_approx, gaussian_sigma_zcdp, laplace_scale
-from .conversions import Conversion, _check_conversion, approx_to_zcdp
-from .guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
+from .calibration import gaussian_rho
+from .conversions import Conversion
+from .guarantees import ApproxDP, PrivacyCost
 from .ledger import PrivacyLedger
+from .samplers import _opendp_draw, _opendp_measurement, simulate_noise
+from .sensitivity import (
+    Mechanism,
+    Neighbours,
+    Sampler,
+    Sensitivity,
+    _as_budget,
+    _check_mechanism,
+    _check_neighbours,
+    _check_person_bound,
+    _check_sampler,
+    calibrate,
+    marginal_sensitivity,
+)
 
 __all__ = [
     "DEFAULT_MAX_CELLS",
     "SparseTableWarning",
     "check_release_size",
-    "MECHANISMS",
-    "NEIGHBOURS",
-    "Sensitivity",
-    "marginal_sensitivity",
-    "calibrate",
     "release",
     "release_tables",
     "simulate_release",
-    "simulate_noise",
-    "estimate_total",
 ]
-
-Mechanism = Literal["laplace", "gaussian", "discrete_laplace", "discrete_gaussian"]
-Neighbours = Literal["add_remove", "replace_one"]
-Sampler = Literal["opendp", "jax"]
-
-MECHANISMS: tuple[str, ...] = ("laplace", "gaussian", "discrete_laplace", "discrete_gaussian")
-NEIGHBOURS: tuple[str, ...] = ("add_remove", "replace_one")
-_SAMPLERS = ("opendp", "jax")
 
 #: OpenDP's privacy map may differ from the closed form by floating-point rounding only.
 _OPENDP_MAP_TOLERANCE = 1e-9
-
 
 #: Default cap on the cells of one release (all its tables together): 2·10⁷ cells are ~160 MB
 #: of float64 counts, ~0.5 GB of JSON, and an exact fit of a clique that size needs gigabytes.
@@ -183,273 +143,6 @@ def _physical_memory() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
-
-
-class Sensitivity(NamedTuple):
-    """L1 and L2 sensitivity of releasing a set of count tables together."""
-
-    l1: float
-    l2: float
-
-
-# --------------------------------------------------------------------------------------------
-# argument checking
-# --------------------------------------------------------------------------------------------
-def _check_mechanism(mechanism: str) -> str:
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"unknown mechanism {mechanism!r}; choose one of {list(MECHANISMS)}")
-    return mechanism
-
-
-def _check_neighbours(neighbours: str) -> str:
-    if neighbours == "replace":  # accepted alias
-        return "replace_one"
-    if neighbours not in NEIGHBOURS:
-        raise ValueError(
-            f"unknown neighbouring relation {neighbours!r}; choose 'add_remove' (one person "
-            "added or removed; N is then private) or 'replace_one' (one person's data replaced; "
-            "N is public)"
-        )
-    return neighbours
-
-
-def _check_sampler(sampler: str) -> str:
-    if sampler not in _SAMPLERS:
-        raise ValueError(
-            f"unknown sampler {sampler!r}; choose 'opendp' (vetted, for real releases) or "
-            "'jax' (seeded, for simulation studies only)"
-        )
-    return sampler
-
-
-def _check_person_bound(person_bound: Any) -> float:
-    try:
-        value = float(person_bound)
-    except (TypeError, ValueError):
-        raise TypeError(f"person_bound must be a positive number, got {person_bound!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(
-            f"person_bound (the largest total weight one person adds to a table) must be a "
-            f"positive finite number, got {value}"
-        )
-    return value
-
-
-def marginal_sensitivity(
-    num_cliques: int, neighbours: Neighbours = "add_remove", person_bound: float = 1.0
-) -> Sensitivity:
-    """Sensitivity of releasing ``num_cliques`` count tables together.
-
-    Parameters
-    ----------
-    num_cliques : int
-        ``|𝒞|``, the number of tables released in one go (each person appears in every table).
-    neighbours : {"add_remove", "replace_one"}
-        The neighbouring relation.
-    person_bound : float
-        ``B``: the largest total weight one person contributes to one table (1 for plain counts
-        with one record per person, and for record weights normalised to ``1/K`` for a person
-        with ``K`` records).
-
-    Returns
-    -------
-    Sensitivity
-        ``(B|𝒞|, B√|𝒞|)`` for add/remove, ``(2B|𝒞|, B√(2|𝒞|))`` for replace-one.
-    """
-    if isinstance(num_cliques, bool) or not isinstance(num_cliques, int | np.integer):
-        raise TypeError(f"num_cliques must be an integer, got {num_cliques!r}")
-    if num_cliques < 1:
-        raise ValueError(f"num_cliques must be at least 1, got {num_cliques}")
-    neighbours = _check_neighbours(neighbours)
-    b = _check_person_bound(person_bound)
-    k = int(num_cliques)
-    if neighbours == "add_remove":
-        return Sensitivity(b * k, b * math.sqrt(k))
-    return Sensitivity(2.0 * b * k, b * math.sqrt(2.0 * k))
-
-
-def _as_budget(budget: Any) -> PrivacyCost:
-    if isinstance(budget, PureDP | ZCDP | ApproxDP):
-        return budget
-    if isinstance(budget, numbers.Real) and not isinstance(budget, bool):
-        return PureDP(float(budget))
-    raise TypeError(
-        "budget must be a number ε (pure DP), PureDP(epsilon), ZCDP(rho) or "
-        f"ApproxDP(epsilon, delta); got {budget!r}"
-    )
-
-
-def calibrate(
-    mechanism: Mechanism,
-    budget: PrivacyCost | float,
-    sensitivity: Sensitivity,
-    *,
-    calibration: Literal["analytic", "zcdp"] | None = None,
-    conversion: Conversion = "bs16",
-) -> tuple[NoiseSpec, tuple[PrivacyCost, ...]]:
-    """Noise for ``mechanism`` at ``budget`` and the guarantees the resulting release satisfies.
-
-    Parameters
-    ----------
-    mechanism : {"laplace", "gaussian", "discrete_laplace", "discrete_gaussian"}
-    budget : float, PureDP, ZCDP or ApproxDP
-        Laplace variants take ε (a number or ``PureDP``; ``ZCDP(ρ)`` is met with ``ε = √(2ρ)``,
-        since ε-DP ⇒ ε²/2-zCDP). Gaussian variants take ``ZCDP(ρ)`` or ``ApproxDP(ε, δ)``.
-    sensitivity : Sensitivity
-        From :func:`marginal_sensitivity`.
-    calibration : {"analytic", "zcdp"}, optional
-        For ``ApproxDP`` budgets and the continuous Gaussian: ``"analytic"`` (default; Balle &
-        Wang 2018) or ``"zcdp"`` (σ from ``ρ = approx_to_zcdp(ε, δ, conversion)``). The
-        discrete Gaussian accepts only ``"zcdp"`` (its default).
-    conversion : {"bs16", "cks20"}
-        The (ε, δ) → ρ conversion for ``calibration="zcdp"``.
-
-    Returns
-    -------
-    noise : NoiseSpec
-        ``Laplace(Δ₁/ε)``, ``DiscreteLaplace(Δ₁/ε)``, ``Gaussian(σ)`` or ``DiscreteGaussian(σ)``.
-    guarantees : tuple of PrivacyCost
-        Every guarantee the release satisfies, most specific first (what a ledger is debited
-        with; see :meth:`PrivacyLedger.charge_of`).
-    """
-    mechanism = _check_mechanism(mechanism)
-    budget = _as_budget(budget)
-    conversion = _check_conversion(conversion)  # type: ignore[assignment]
-    if not isinstance(sensitivity, Sensitivity):
-        sensitivity = Sensitivity(*sensitivity)
-    if calibration not in (None, "analytic", "zcdp"):
-        raise ValueError(f"unknown calibration {calibration!r}; choose 'analytic' or 'zcdp'")
-
-    if mechanism in ("laplace", "discrete_laplace"):
-        if isinstance(budget, ApproxDP):
-            raise ValueError(
-                f"the {mechanism} mechanism is pure ε-DP: give it PureDP(epsilon) (or a number "
-                "ε), or use mechanism='gaussian' for an ApproxDP(epsilon, delta) budget"
-            )
-        if calibration is not None:
-            raise ValueError(f"calibration= applies to Gaussian mechanisms, not to {mechanism}")
-        eps = budget.epsilon if isinstance(budget, PureDP) else math.sqrt(2.0 * budget.rho)
-        scale = laplace_scale(eps, sensitivity.l1)
-        spec: NoiseSpec = Laplace(scale) if mechanism == "laplace" else DiscreteLaplace(scale)
-        return spec, (PureDP(eps),)
-
-    discrete = mechanism == "discrete_gaussian"
-    if isinstance(budget, PureDP):
-        raise ValueError(
-            f"the {mechanism} mechanism is not ε-DP for any finite ε: give it ZCDP(rho) or "
-            "ApproxDP(epsilon, delta), or use mechanism='laplace' for a pure ε budget"
-        )
-    if isinstance(budget, ZCDP):
-        if calibration is not None:
-            raise ValueError("calibration= applies to ApproxDP budgets only; a ZCDP budget fixes σ")
-        sigma = gaussian_sigma_zcdp(budget.rho, sensitivity.l2)
-        spec = DiscreteGaussian(sigma) if discrete else Gaussian(sigma)
-        return spec, (ZCDP(budget.rho),)
-    method = calibration or ("zcdp" if discrete else "analytic")
-    if discrete and method == "analytic":
-        raise ValueError(
-            "the analytic Gaussian calibration (Balle & Wang 2018) is proven for the continuous "
-            "Gaussian only; use calibration='zcdp' (the default) for the discrete Gaussian"
-        )
-    if method == "zcdp":
-        rho = approx_to_zcdp(budget.epsilon, budget.delta, conversion)
-        sigma = gaussian_sigma_zcdp(rho, sensitivity.l2)
-        spec = DiscreteGaussian(sigma) if discrete else Gaussian(sigma)
-        return spec, (ZCDP(rho), budget)
-    sigma = gaussian_sigma_approx(budget.epsilon, budget.delta, sensitivity.l2, "analytic")
-    return Gaussian(sigma), (budget, ZCDP(gaussian_rho(sigma, sensitivity.l2)))
-
-
-# --------------------------------------------------------------------------------------------
-# samplers
-# --------------------------------------------------------------------------------------------
-@contextmanager
-def _opendp_contrib() -> Iterator[Any]:
-    """``opendp.prelude`` with the "contrib" feature on (restored afterwards)."""
-    try:
-        import opendp.prelude as dp
-        from opendp import mod as dp_mod
-    except ImportError as err:  # pragma: no cover - opendp is a hard dependency
-        raise ImportError(
-            "sampler='opendp' needs the opendp package (pip install 'opendp>=0.12,<1')"
-        ) from err
-    features = getattr(dp_mod, "GLOBAL_FEATURES", None)
-    was_on = features is not None and "contrib" in features
-    dp.enable_features("contrib")
-    try:
-        yield dp
-    finally:
-        if features is not None and not was_on:
-            dp.disable_features("contrib")
-
-
-def _opendp_measurement(spec: NoiseSpec, sensitivity: Sensitivity) -> tuple[Any, float]:
-    """OpenDP measurement on a vector of all cells, and its privacy map at the sensitivity.
-
-    The map is ε (MaxDivergence) for the Laplace variants and ρ (ZeroConcentratedDivergence)
-    for the Gaussian variants.
-    """
-    with _opendp_contrib() as dp:
-        if isinstance(spec, Laplace | Gaussian):
-            try:
-                atom = dp.atom_domain(T="f64", nan=False)
-            except TypeError:  # OpenDP < 0.13: float atoms exclude NaN by default
-                atom = dp.atom_domain(T="f64")
-            domain = dp.vector_domain(atom)
-        else:
-            domain = dp.vector_domain(dp.atom_domain(T="i64"))
-        if isinstance(spec, Laplace):
-            meas = dp.m.make_laplace(domain, dp.l1_distance(T="f64"), scale=spec.scale)
-            d_in: float | int = float(sensitivity.l1)
-        elif isinstance(spec, DiscreteLaplace):
-            # integer data take an integer L1 distance (the person bound is an integer here)
-            meas = dp.m.make_laplace(domain, dp.l1_distance(T="i64"), scale=spec.scale)
-            d_in = int(round(sensitivity.l1))
-        else:
-            meas = dp.m.make_gaussian(domain, dp.l2_distance(T="f64"), scale=spec.sigma)
-            d_in = float(sensitivity.l2)
-        return meas, float(meas.map(d_in))
-
-
-def _opendp_draw(meas: Any, spec: NoiseSpec, values: np.ndarray) -> np.ndarray:
-    if isinstance(spec, DiscreteLaplace | DiscreteGaussian):
-        out = meas(np.rint(values).astype(np.int64).tolist())
-    else:
-        out = meas(values.astype(np.float64).tolist())
-    return np.asarray(out, dtype=np.float64)
-
-
-def simulate_noise(key: Any, noise: NoiseSpec, shape: int | tuple[int, ...]) -> jax.Array:
-    """Draw noise of the distribution ``noise`` with JAX: **for simulation studies only**.
-
-    Reproducible from ``key``, jit-friendly and fast, but built on floating-point samplers
-    that are not protected against the attacks vetted samplers defend against; real releases
-    use ``sampler="opendp"`` of :func:`release`.
-
-    Parameters
-    ----------
-    key : jax PRNG key (or an int seed)
-    noise : NoiseSpec
-        ``Laplace(b)``: ``b·Lap(0, 1)``; ``Gaussian(σ)``: ``σ·N(0, 1)``;
-        ``DiscreteLaplace(b)``: ``P(z) ∝ e^{−|z|/b}``, a side then a geometric distance;
-        ``DiscreteGaussian(σ)``: rejection sampling from the discrete Laplace (Canonne, Kamath &
-        Steinke 2020, Alg. 3), ``P(z) ∝ e^{−z²/(2σ²)}``; the samplers of the observation models
-        :class:`~numpyro_dpgm.distributions.DiscreteLaplaceNoise` and
-        :class:`~numpyro_dpgm.distributions.DiscreteGaussianNoise`, at ``loc = 0``.
-    shape : int or tuple of int
-    """
-    key = jax.random.key(key) if isinstance(key, int | np.integer) else key
-    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
-    if isinstance(noise, Laplace):
-        return noise.scale * jax.random.laplace(key, shape)
-    if isinstance(noise, Gaussian):
-        return noise.sigma * jax.random.normal(key, shape)
-    zero = jnp.zeros((), dtype=jnp.result_type(float))
-    if isinstance(noise, DiscreteLaplace):
-        return discrete_laplace_draw(key, zero, noise.scale, shape).astype(int)
-    if isinstance(noise, DiscreteGaussian):
-        return discrete_gaussian_draw(key, zero, noise.sigma, shape).astype(int)
-    raise TypeError(f"noise must be a NoiseSpec, got {type(noise).__name__}")
 
 
 # --------------------------------------------------------------------------------------------
