@@ -202,15 +202,18 @@ def analyse(
 
     >>> import pandas as pd
     >>> frames = [pd.DataFrame({"sex": ["Female"] * k + ["Male"] * (100 - k)})
-    ...           for k in (40, 52, 60, 47)]
+    ...           for k in (30, 52, 66, 45)]
     >>> def share_of_women(df):
     ...     p = (df["sex"] == "Female").mean()
     ...     return p, p * (1 - p) / len(df)
     >>> fit = analyse(frames, share_of_women)
-    >>> round(float(fit.estimate), 4), round(float(fit.std_error), 4), fit.num_datasets
-    (0.4975, 0.0801, 4)
+    >>> round(float(fit.estimate), 4), round(float(fit.std_error), 4), round(float(fit.df), 2)
+    (0.4825, 0.1603, 2.52)
     >>> [round(float(v), 3) for v in fit.conf_int(0.9)]
-    [0.214, 0.781]
+    [0.074, 0.891]
+
+    Four data sets leave few degrees of freedom; with data sets that barely differ (``ν < 2``)
+    :func:`rubin` warns that the interval means little (:class:`CombiningWarning`).
     """
     datasets = list(datasets)
     if "size_ratio" not in rubin_options:
