@@ -125,9 +125,8 @@ def demo(
     _enable_x64()
     from .experiments.demo import run_demo
 
-    with console.status("working") as status:
-        summary = run_demo(epsilon, out, seed, em_iters, prox_iters,
-                           progress=lambda msg: status.update(msg))
+    with _stage("demo") as status:
+        summary = run_demo(epsilon, out, seed, em_iters, prox_iters, progress=status)
     table = Table(title=f"Adult, {summary['records']} records, ε = {epsilon} "
                         f"({summary['sampler']})")
     table.add_column("method")
@@ -188,7 +187,7 @@ def reproduce(
         _check_folder(out, None, force)
     module = importlib.import_module(f".experiments.{experiment}", __package__)
     _enable_x64()
-    with console.status(f"reproducing {experiment}{' (quick)' if quick else ''}"):
+    with _stage(f"reproducing {experiment}{' (quick)' if quick else ''}"):
         written = module.run(out, quick=quick)
     console.print(f"wrote {out}" if written is None else f"wrote {written}")
 
@@ -486,14 +485,67 @@ def _file_sha256(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+#: Seconds between progress lines when the output is not a terminal.
+PROGRESS_EVERY = 10.0
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {secs:02d} s" if minutes else f"{seconds:.1f} s"
+
+
+def _progress_line(text: str) -> None:
+    """One plain progress line on stderr (the output is not a terminal: no bars, no spinners)."""
+    err_console.print(f"progress: {text}", highlight=False, soft_wrap=True)
+
+
+@contextmanager
+def _stage(description: str) -> Iterator[Callable[[str], None]]:
+    """A stage of a command: a spinner on a terminal; elsewhere a line when it starts, a line per
+    update (at most every :data:`PROGRESS_EVERY` seconds) and a line with its time when it ends.
+    Yields ``update(message)``."""
+    if err_console.is_terminal:
+        with err_console.status(description) as status:
+            yield lambda message: status.update(message)
+        return
+    start = last = time.perf_counter()
+    _progress_line(f"{description} …")
+
+    def update(message: str) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        if now - last >= PROGRESS_EVERY:
+            last = now
+            _progress_line(f"{message} ({_elapsed(now - start)})")
+
+    yield update
+    _progress_line(f"{description}: done in {_elapsed(time.perf_counter() - start)}")
+
+
 @contextmanager
 def _progress(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar (a spinner when ``total`` is None); yields ``advance_to(i)``."""
-    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
-               + ("" if total is None else f"/{total}")), TimeElapsedColumn()]
-    with Progress(*columns, console=err_console, transient=True) as progress:
-        task = progress.add_task(description, total=total)
-        yield lambda i: progress.update(task, completed=i)
+    """Progress over ``total`` steps: a rich bar on a terminal; elsewhere :func:`_stage`'s lines,
+    each with the step, the elapsed time and an estimate of the time left. Yields
+    ``advance_to(i)``."""
+    if err_console.is_terminal:
+        columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
+                   + ("" if total is None else f"/{total}")), TimeElapsedColumn()]
+        with Progress(*columns, console=err_console, transient=True) as progress:
+            task = progress.add_task(description, total=total)
+            yield lambda i: progress.update(task, completed=i)
+        return
+    start = time.perf_counter()
+    with _stage(description) as update:
+
+        def advance_to(i: int) -> None:
+            if total is None or i <= 0:
+                update(f"{description}: step {i}")
+                return
+            spent = time.perf_counter() - start
+            left = spent * max(total - i, 0) / i
+            update(f"{description}: {i}/{total}, about {_elapsed(left)} left")
+
+        yield advance_to
 
 
 @app.command()
@@ -598,7 +650,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
 
     bayes = noisy_marginals_model(network, measurements, int(round(total)),
                                   triangulate=not network.is_decomposable)
-    with console.status(f"NUTS: {chains} chain(s) × ({draws} warm-up + {draws} draws)"):
+    with _stage(f"NUTS: {chains} chain(s) × ({draws} warm-up + {draws} draws)"):
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
                         num_chains=chains, init=em_start(bayes))
     phi = np.asarray(mcmc.get_samples(group_by_chain=True)["phi"])
@@ -701,15 +753,15 @@ def synth(
             _warn(f"attribute(s) {free} are in no released table: drawn uniformly over their "
                   "values, independently of the other attributes (the maximum-entropy choice "
                   "given no measurement of them); --drop-unmodelled leaves them out")
-        with console.status(f"sampling {num} records"
-                            + (f" × {datasets} data sets" if posterior else "")) as status, \
+        with _stage(f"sampling {num} records"
+                    + (f" × {datasets} data sets" if posterior else "")) as status, \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", UnmodelledAttributesWarning)  # said above
             # one data set in memory at a time: drawn, written, dropped
             frames = iter_synthetic(saved.model, num, len(paths), rng=seed,
                                     categories=saved.categories, drop_unmodelled=drop_unmodelled)
             for i, (frame, path) in enumerate(zip(frames, paths, strict=True)):
-                status.update(f"sampling {num} records: data set {i + 1} of {len(paths)}")
+                status(f"sampling {num} records: data set {i + 1} of {len(paths)}")
                 _write_table(frame, path)
                 width = frame.shape[1]
     console.print(f"sampled {len(paths)} data set(s) of {num} records and {width} "

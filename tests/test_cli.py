@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -196,10 +197,15 @@ def test_fit_any_registered_estimator(tmp_path, chain):
 # ------------------------------------------------------------------------------------------------
 # bad input: exit code 2, one line, nothing written
 # ------------------------------------------------------------------------------------------------
+def _errors(output):
+    """The output's lines less the progress lines (stage lines when not on a terminal)."""
+    return [line for line in output.strip().splitlines() if not line.startswith("progress: ")]
+
+
 def _fails(args, needle, *unwritten):
     result = runner.invoke(app, [str(a) for a in args])
     assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
+    lines = _errors(result.output)
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
     assert needle in lines[0], lines[0]
     for path in unwritten:
@@ -538,3 +544,22 @@ def test_release_size_is_checked_and_sparse_tables_warned(tmp_path):
     warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
     assert warned and all("cells" in line and "3 records" in line for line in warned)
     assert out.exists()
+
+
+def test_progress_lines_when_the_output_is_not_a_terminal(tmp_path, monkeypatch):
+    """Without a terminal (a pipe, a log file) every stage prints plain lines: its start, its
+    updates with the time left, and its end with the time taken."""
+    from numpyro_dpgm import cli
+
+    meas, model = tmp_path / "m.json", tmp_path / "model.json"
+    _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "-o", meas, *CLIQUES, "--epsilon", "1",
+         "--seed", "0"])
+    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)  # every update gives a line
+    output = _ok(["fit", meas, "--method", "prox-pgm", "--iters", "300", "-o", model])
+    lines = [line for line in output.splitlines() if line.startswith("progress: ")]
+    assert lines[0] == "progress: prox-pgm …"
+    assert any(re.search(r"prox-pgm: \d+/300, about .* left \(", line) for line in lines)
+    assert re.match(r"progress: prox-pgm: done in \d", lines[-1])
+    output = _ok(["synth", model, "--records", "50", "--seed", "0", "-o", tmp_path / "s.csv"])
+    assert "progress: sampling 50 records …" in output
+    assert re.search(r"progress: sampling 50 records: done in", output)
