@@ -375,9 +375,15 @@ def synthesize(
     return out[0] if _is_point(source) and num_datasets == 1 else out
 
 
-def _is_point(source: Any) -> bool:
+def _unwrap(source: Any) -> Any:
+    """An estimator's ``Result`` as its model; any other source as it is."""
     if hasattr(source, "model") and isinstance(source.model, MarkovRandomField):
-        source = source.model  # an estimator's Result
+        return source.model
+    return source
+
+
+def _is_point(source: Any) -> bool:
+    source = _unwrap(source)
     return isinstance(source, MarkovRandomField) and not source.batch_shape
 
 
@@ -401,9 +407,8 @@ def iter_synthetic(
     """
     num_datasets = _check_count(num_datasets, "num_datasets")
     key = _key(rng)
-    if hasattr(source, "model") and isinstance(source.model, MarkovRandomField):
-        source = source.model  # an estimator's Result
-    if isinstance(source, MarkovRandomField) and not source.batch_shape:
+    source = _unwrap(source)
+    if _is_point(source):
         mrf, point = source, True
     elif isinstance(source, MarkovRandomField):
         if len(source.batch_shape) != 1:
