@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["old_spellings", "renamed_key"]
+__all__ = ["old_spellings", "renamed_key", "renamed_keywords"]
 
 
 def old_spellings(fn: Callable, start: int | Callable[[tuple, dict], int],
@@ -45,6 +45,12 @@ def old_spellings(fn: Callable, start: int | Callable[[tuple, dict], int],
     return wrapper
 
 
+def renamed_keywords(names: Mapping[str, str]) -> Callable[[Callable], Callable]:
+    """Decorator: ``fn`` also accepts each old keyword ``old`` of ``names`` (``old -> new``),
+    with a ``DeprecationWarning`` naming the new spelling."""
+    return lambda fn: old_spellings(fn, 10**6, (), dict(names))
+
+
 def renamed_key(fn: Callable) -> Callable:
     """``fn`` that also accepts its ``rng_key`` as the keyword ``key`` (NumPyro's name is
     ``rng_key``), with a ``DeprecationWarning``.
@@ -60,4 +66,4 @@ def renamed_key(fn: Callable) -> Callable:
     >>> str(caught[0].message)
     "draw(): the keyword 'key' is deprecated; use rng_key=..."
     """
-    return old_spellings(fn, 10**6, (), {"key": "rng_key"})
+    return renamed_keywords({"key": "rng_key"})(fn)
