@@ -60,6 +60,7 @@ LAYERS = {
     "numpyro_dpgm.inference.region_graph": ORACLES,
     "numpyro_dpgm.inference._region_layout": ORACLES,
     "numpyro_dpgm.inference.gbp": ORACLES,
+    "numpyro_dpgm.inference.oracles": ORACLES,  # what mirror descent calls: exact, Convex-GBP
     "numpyro_dpgm.inference.nlbp": ORACLES,
     "numpyro_dpgm.inference.mle": ORACLES,  # θ from marginals: the oracle run backwards
     # 3. distributions
@@ -93,6 +94,7 @@ LAYERS = {
     "numpyro_dpgm.estimation.variational_em": ESTIMATION,
     "numpyro_dpgm.estimation.mcem": ESTIMATION,
     "numpyro_dpgm.estimation.posterior_mean": ESTIMATION,
+    "numpyro_dpgm.estimation.mirror_descent": ESTIMATION,
     "numpyro_dpgm.estimation.prox_pgm": ESTIMATION,
     "numpyro_dpgm.estimation.psgd": ESTIMATION,
     "numpyro_dpgm.estimation.frank_wolfe": ESTIMATION,

@@ -63,6 +63,7 @@ from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
 from ..inference import junction_tree as jt
 from ..inference.calibration import calibrate_marginals, clique_log_potentials
+from ..inference.oracles import MarginalOracle
 from ..inference.queries import query_marginal
 from ..measurements import Gaussian, Measurement
 from ..metrics import embed_theta
@@ -73,7 +74,7 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.releases import release_tables
 from ..privacy.sensitivity import _check_neighbours, calibrate, marginal_sensitivity
 from .contract import learner
-from .prox_pgm import MarginalOracle, prox_pgm
+from .prox_pgm import prox_pgm
 from .result import Result
 
 __all__ = ["DEFAULT_MAX_CELLS", "exponential_mechanism", "mwem_pgm", "workload_error"]
