@@ -20,7 +20,6 @@ values and independent of the rest, and that is how they are sampled, with an
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ._deprecation import renamed_keywords
+from ._warnings import warn
 from .distributions.constraints import decomposable_layout
 from .distributions.mrf import MarkovRandomField
 from .infer.bayes import reference_coding
@@ -435,11 +435,11 @@ def iter_synthetic(
     if free and drop_unmodelled:
         cols = [a for a in cols if a not in free]
     elif free:
-        warnings.warn(
+        warn(
             f"attribute(s) {free} are in no clique of the model (no released table measured "
             "them): sampled uniformly over their values, independently of the other attributes "
             "(the maximum-entropy choice given no measurement); pass drop_unmodelled=True to "
-            "leave them out", UnmodelledAttributesWarning, stacklevel=3)
+            "leave them out", UnmodelledAttributesWarning)
     if point:
         models = [mrf] * num_datasets
     else:

@@ -574,5 +574,5 @@ def test_synthesize_marks_data_sets_with_the_release_size() -> None:
     assert [s.attrs["total_count"] for s in sets] == [60.0, 60.0]
     assert _size_ratio(sets) == pytest.approx(0.5)
     # a point estimate does not know N: nothing is claimed
-    point = synthesize(MarkovRandomField(QUIET_NET, jnp.zeros(12)), 30, rng=0)
+    point = synthesize(MarkovRandomField(QUIET_NET, jnp.zeros(12)), 30, rng_key=0)
     assert "total_count" not in point.attrs

@@ -135,7 +135,7 @@ def test_bad_input_errors():
         synthesize(mrf, 0, rng_key=0)
     with pytest.raises(ValueError, match="num_datasets must be a positive integer"):
         synthesize(mrf, 5, num_datasets=1.5, rng_key=0)
-    with pytest.raises(TypeError, match="rng must be"):
+    with pytest.raises(TypeError, match="rng_key must be"):
         synthesize(mrf, 5, rng_key="seed")
     with pytest.raises(ValueError, match="has 3 labels but the domain gives"):
         synthesize(mrf, 5, rng_key=0, categories={a: ["p", "q", "r"]})

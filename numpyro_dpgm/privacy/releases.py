@@ -21,7 +21,6 @@ arguments are validated and before any noise is drawn; a release that would over
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -30,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .._deprecation import renamed_key, renamed_keywords
+from .._warnings import warn
 from ..data import Dataset, count
 from ..domain import Clique, Domain
 from ..measurements import (
@@ -131,11 +131,11 @@ def check_release_size(cliques: Sequence[Clique], domain: Domain,
     if num_records is not None:
         for c, cells in sizes.items():
             if cells > num_records:
-                warnings.warn(
+                warn(
                     f"clique {c} has {cells:,} cells, {cells / max(num_records, 1):.3g}× the "
                     f"{num_records:,} records: most of its cells are empty and the noise "
                     "dominates them; coarsening an attribute usually gives a more useful "
-                    "release", SparseTableWarning, stacklevel=3)
+                    "release", SparseTableWarning)
     return total
 
 
