@@ -116,6 +116,13 @@ LAYERS = {
     # 7. front ends
     "numpyro_dpgm": FRONT,
     "numpyro_dpgm.cli": FRONT,
+    "numpyro_dpgm.cli.__main__": FRONT,
+    "numpyro_dpgm.cli._common": FRONT,
+    "numpyro_dpgm.cli._progress": FRONT,
+    "numpyro_dpgm.cli._jobs": FRONT,
+    "numpyro_dpgm.cli._release": FRONT,
+    "numpyro_dpgm.cli._fit": FRONT,
+    "numpyro_dpgm.cli._synth": FRONT,
     "numpyro_dpgm.experiments": FRONT,
     "numpyro_dpgm.experiments.demo": FRONT,
     "numpyro_dpgm.experiments.convergence": FRONT,
