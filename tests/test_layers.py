@@ -113,6 +113,11 @@ LAYERS = {
     "numpyro_dpgm.estimation": MECHANISMS,  # re-exports estimation.mechanisms
     "numpyro_dpgm.synthesis": MECHANISMS,  # records from estimates and posteriors (infer.bayes)
     "numpyro_dpgm.io": MECHANISMS,  # files of releases (privacy.releases) and models
+    "numpyro_dpgm.io._files": MECHANISMS,
+    "numpyro_dpgm.io._json": MECHANISMS,
+    "numpyro_dpgm.io.measurements": MECHANISMS,
+    "numpyro_dpgm.io.models": MECHANISMS,
+    "numpyro_dpgm.io.ledger": MECHANISMS,
     # 7. front ends
     "numpyro_dpgm": FRONT,
     "numpyro_dpgm.cli": FRONT,
