@@ -76,20 +76,24 @@ mapping with a key that starts with ``$``).
 
 Saving validates everything first and writes the file atomically (a temporary file renamed
 into place), so a failed save leaves nothing behind.
-
-Modules: ``measurements``, ``models`` and ``ledger`` save and load each kind of file; ``_json``
-holds the encodings above, ``_files`` the header, checksum, layout and atomic writes.
 """
 
 from __future__ import annotations
 
-from ._files import FORMAT_VERSION, FileFormatError
 from ._files import LEDGER_FORMAT as LEDGER_FORMAT
 from ._files import MEASUREMENTS_FORMAT as MEASUREMENTS_FORMAT
 from ._files import MODEL_FORMAT as MODEL_FORMAT
-from .ledger import load_ledger, save_ledger
-from .measurements import SavedMeasurements, load_measurements, save_measurements
-from .models import SavedModel, load_model, save_model
+
+# isort: off
+# in the order of the API reference (members_order: source): measurements, models, ledgers;
+# save, then load
+from ._files import FORMAT_VERSION, FileFormatError
+from .measurements import SavedMeasurements
+from .models import SavedModel
+from .measurements import save_measurements, load_measurements
+from .models import save_model, load_model
+from .ledger import save_ledger, load_ledger
+# isort: on
 
 __all__ = [
     "FORMAT_VERSION",
