@@ -117,9 +117,21 @@ LAYERS = {
     "numpyro_dpgm.estimation": MECHANISMS,  # re-exports estimation.mechanisms
     "numpyro_dpgm.synthesis": MECHANISMS,  # records from estimates and posteriors (infer.bayes)
     "numpyro_dpgm.io": MECHANISMS,  # files of releases (privacy.releases) and models
+    "numpyro_dpgm.io._files": MECHANISMS,
+    "numpyro_dpgm.io._json": MECHANISMS,
+    "numpyro_dpgm.io.measurements": MECHANISMS,
+    "numpyro_dpgm.io.models": MECHANISMS,
+    "numpyro_dpgm.io.ledger": MECHANISMS,
     # 7. front ends
     "numpyro_dpgm": FRONT,
     "numpyro_dpgm.cli": FRONT,
+    "numpyro_dpgm.cli.__main__": FRONT,
+    "numpyro_dpgm.cli._common": FRONT,
+    "numpyro_dpgm.cli._progress": FRONT,
+    "numpyro_dpgm.cli._jobs": FRONT,
+    "numpyro_dpgm.cli._release": FRONT,
+    "numpyro_dpgm.cli._fit": FRONT,
+    "numpyro_dpgm.cli._synth": FRONT,
     "numpyro_dpgm.experiments": FRONT,
     "numpyro_dpgm.experiments.demo": FRONT,
     "numpyro_dpgm.experiments.convergence": FRONT,
