@@ -563,3 +563,21 @@ def test_progress_lines_when_the_output_is_not_a_terminal(tmp_path, monkeypatch)
     output = _ok(["synth", model, "--records", "50", "--seed", "0", "-o", tmp_path / "s.csv"])
     assert "progress: sampling 50 records …" in output
     assert re.search(r"progress: sampling 50 records: done in", output)
+
+
+def test_fit_lists_every_registered_estimator() -> None:
+    """``dpgm fit --method`` spells the registry out (so that ``--help`` needs no JAX)."""
+    from numpyro_dpgm.cli._fit import ESTIMATOR_NAMES
+    from numpyro_dpgm.estimation import ESTIMATORS
+
+    assert ESTIMATOR_NAMES == tuple(ESTIMATORS)
+
+
+def test_help_does_not_import_jax() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from numpyro_dpgm.cli import app; "
+            "print('jax' in sys.modules, 'numpyro' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

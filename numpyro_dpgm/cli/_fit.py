@@ -10,12 +10,22 @@ from typing import Annotated, Any
 
 import typer
 
-from ..estimation import ESTIMATORS
 from ._common import Force, _check_output, _enable_x64, _input_errors, console
 from ._progress import _progress, _stage
 
 #: The point estimators come from the estimators' registry; ``nuts`` gives posterior draws.
-METHODS = (*ESTIMATORS, "nuts")
+#: The estimators' command-line names, in the registry's order (``estimation.ESTIMATORS``,
+#: which ``tests/test_cli.py`` checks this against), and nuts. Spelled out so that ``dpgm --help``
+#: does not import JAX.
+ESTIMATOR_NAMES = ("naive", "cgm-em", "variational-em", "mcem", "prox-pgm", "posterior-mean")
+METHODS = (*ESTIMATOR_NAMES, "nuts")
+
+
+def _registry() -> dict:
+    """The estimators' registry, imported when a fit runs."""
+    from ..estimation import ESTIMATORS
+
+    return ESTIMATORS
 
 #: Estimators that take randomness (``--seed`` gives their ``rng_key``).
 STOCHASTIC = ("mcem", "variational-em", "posterior-mean")
@@ -29,8 +39,8 @@ def fit(
     measurements: Annotated[Path, typer.Argument(help="measurements file from `dpgm release`")],
     out: Annotated[Path, typer.Option("--out", "-o", help="model file to write (JSON)")],
     method: Annotated[str, typer.Option(
-        help=f"{', '.join(ESTIMATORS)} (point estimates) or nuts (posterior draws of the model "
-             "given the noisy tables, for `dpgm synth --posterior`)")] = "cgm-em",
+        help=f"{', '.join(ESTIMATOR_NAMES)} (point estimates) or nuts (posterior draws of the "
+             "model given the noisy tables, for `dpgm synth --posterior`)")] = "cgm-em",
     iters: Annotated[int | None, typer.Option(
         help="iterations: the estimator's max_iters (EM iterations for cgm-em, default 10, a "
              "regulariser; mcem and variational-em, default 10; mirror-descent iterations for "
@@ -83,7 +93,7 @@ def fit(
             n = float(result.extras["total_count"])
         elapsed = time.perf_counter() - t0
         provenance = {
-            "estimator": "run_nuts" if method == "nuts" else ESTIMATORS[method].__name__,
+            "estimator": "run_nuts" if method == "nuts" else _registry()[method].__name__,
             "options": options,
             "total": n,
             "total_source": n_source,
@@ -145,7 +155,7 @@ def _run_fit(method: str, measurements: list[Any], network: Any, total: float | 
 
     import jax
 
-    estimator = ESTIMATORS[method]
+    estimator = _registry()[method]
     limit = iters or inspect.signature(estimator).parameters["max_iters"].default
     options: dict[str, Any] = {"max_iters": limit}
     if method in STOCHASTIC:

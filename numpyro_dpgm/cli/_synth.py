@@ -96,7 +96,7 @@ def synth(
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", UnmodelledAttributesWarning)  # said above
             # one data set in memory at a time: drawn, written, dropped
-            frames = iter_synthetic(saved.model, num, len(paths), rng=seed,
+            frames = iter_synthetic(saved.model, num, len(paths), rng_key=seed,
                                     categories=saved.categories, drop_unmodelled=drop_unmodelled)
             for i, (frame, path) in enumerate(zip(frames, paths, strict=True)):
                 status(f"sampling {num} records: data set {i + 1} of {len(paths)}")
