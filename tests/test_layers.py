@@ -242,3 +242,14 @@ def test_the_checks_see_upward_and_function_level_imports(tmp_path: Path) -> Non
     assert upward_edges(graph, layers) == [
         "numpyro_dpgm.low (layer 1) imports numpyro_dpgm.sub.high (layer 2)"]
     assert len(list(nx.simple_cycles(graph))) == 1
+
+
+def test_layout_page_is_current() -> None:
+    """``docs/api/layout.md`` lists every module with its layer and job."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "layout.py"
+    out = subprocess.run([sys.executable, str(script), "--check"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
