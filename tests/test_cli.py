@@ -470,8 +470,8 @@ def test_table_writes_are_atomic(tmp_path, monkeypatch):
     target = tmp_path / "s.csv"
     target.write_text("old")
 
-    def broken(self, path, *args, **kwargs):
-        Path(path).write_text("partial")
+    def broken(self, sink, *args, **kwargs):
+        sink.write("partial")  # the writer hands pandas an open handle
         raise OSError("disk full")
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", broken)

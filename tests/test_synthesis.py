@@ -218,3 +218,30 @@ def test_iter_synthetic_draws_one_data_set_at_a_time(monkeypatch):
     again = synthesize(draws, 10, 3, rng_key=0)
     for a, b in zip([first, *rest], again, strict=True):
         pd.testing.assert_frame_equal(a, b)
+
+
+def test_records_come_in_chunks_and_are_the_same_records(monkeypatch):
+    """iter_synthetic_chunks draws at most SAMPLE_CHUNK records per call, and the chunks of a data
+    set are exactly the records synthesize returns; the chunk frequencies match the exact joint."""
+    import jax.numpy as jnp
+
+    from numpyro_dpgm import synthesis
+
+    monkeypatch.setattr(synthesis, "SAMPLE_CHUNK", 700)
+    net = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])
+    theta = jnp.asarray(np.random.default_rng(2).normal(size=net.num_params))
+    draws = MarkovRandomField(net, jnp.stack([theta, -theta]))
+    chunks = list(synthesis.iter_synthetic_chunks(draws, 2000, 2, rng_key=5,
+                                                  categories={"a": ["x", "y"]}))
+    assert [(c.dataset, c.start, len(c.frame), c.last) for c in chunks] == [
+        (0, 0, 700, False), (0, 700, 700, False), (0, 1400, 600, True),
+        (1, 0, 700, False), (1, 700, 700, False), (1, 1400, 600, True)]
+    whole = synthesize(draws, 2000, 2, rng_key=5, categories={"a": ["x", "y"]})
+    for j, frame in enumerate(whole):
+        parts = pd.concat([c.frame for c in chunks if c.dataset == j])
+        pd.testing.assert_frame_equal(parts, frame)
+        assert frame.index.equals(pd.RangeIndex(2000)) and frame["a"].dtype.name == "category"
+    # the chunks are independent draws of one model: 2000 records against the exact joint
+    probs = BruteForce(net, np.asarray(theta)).probs()
+    codes = np.stack([whole[0]["a"].cat.codes.to_numpy(), whole[0]["b"].to_numpy()], axis=1)
+    assert chi_square_pvalue(codes, probs, (2, 3)) > 1e-3

@@ -82,22 +82,81 @@ def _read_table(path: Path) -> Any:
 TABLE_SUFFIXES = (".csv.gz", ".csv", ".parquet", ".pq")
 
 
-def _write_table(frame: Any, path: Path) -> None:
-    """Write a CSV / Parquet file atomically: a temporary file in the same folder (with the same
-    suffix, so that pandas picks the same compression), renamed into place; removed on failure."""
-    name = path.name.lower()
-    suffix = next((s for s in TABLE_SUFFIXES if name.endswith(s)), path.suffix)
-    # a fresh name that pandas creates itself (with the usual permissions, unlike mkstemp's)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
-    try:
-        if name.endswith((".parquet", ".pq")):
-            frame.to_parquet(tmp, index=False)
+class _TableWriter:
+    """A CSV / Parquet file written chunk by chunk and put in place atomically.
+
+    The chunks go to a temporary file in the same folder (with the output's suffix, so that a
+    ``.csv.gz`` is compressed); :meth:`commit` renames it into place, :meth:`discard` removes it.
+    Memory is one chunk, whatever the file's size.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        name = path.name.lower()
+        suffix = next((s for s in TABLE_SUFFIXES if name.endswith(s)), path.suffix)
+        self.parquet = name.endswith((".parquet", ".pq"))
+        # a fresh name, created with the usual permissions (unlike mkstemp's)
+        self.tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp{suffix}")
+        self._sink: Any = None
+
+    def write(self, frame: Any) -> None:
+        """Append the rows of a DataFrame (the first chunk fixes the columns)."""
+        if self.parquet:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            if self._sink is None:
+                self._sink = pq.ParquetWriter(self.tmp, table.schema)
+            self._sink.write_table(table)
         else:
-            frame.to_csv(tmp, index=False)
-        os.replace(tmp, path)
+            if self._sink is None:
+                self._sink = _open_text(self.tmp)
+                frame.to_csv(self._sink, index=False)
+            else:
+                frame.to_csv(self._sink, index=False, header=False)
+
+    def commit(self) -> None:
+        """Close the temporary file and rename it into place."""
+        self._sink.close()
+        self._sink = None
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (after a failure)."""
+        if self._sink is not None:
+            try:
+                self._sink.close()
+            finally:
+                self._sink = None
+        Path(self.tmp).unlink(missing_ok=True)
+
+
+def _open_text(path: Path) -> Any:
+    """A text handle for CSV, gzip-compressed for ``.gz``."""
+    if path.name.lower().endswith(".gz"):
+        import gzip
+
+        return gzip.open(path, "wt", encoding="utf-8", newline="")
+    return open(path, "w", encoding="utf-8", newline="")
+
+
+@contextmanager
+def _table_writer(path: Path) -> Iterator[_TableWriter]:
+    """A :class:`_TableWriter` committed when the block ends and discarded if it raises."""
+    writer = _TableWriter(path)
+    try:
+        yield writer
+        writer.commit()
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        writer.discard()
         raise
+
+
+def _write_table(frame: Any, path: Path) -> None:
+    """Write a CSV / Parquet file atomically (see :class:`_TableWriter`)."""
+    with _table_writer(path) as writer:
+        writer.write(frame)
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -15,8 +15,8 @@ from ._common import (
     _check_output,
     _enable_x64,
     _input_errors,
+    _TableWriter,
     _warn,
-    _write_table,
     console,
 )
 from ._progress import _stage
@@ -49,7 +49,11 @@ def synth(
     import warnings
 
     from ..io import load_model
-    from ..synthesis import UnmodelledAttributesWarning, iter_synthetic, unmodelled_attributes
+    from ..synthesis import (
+        UnmodelledAttributesWarning,
+        iter_synthetic_chunks,
+        unmodelled_attributes,
+    )
 
     with _input_errors():
         if records is not None and records < 1:
@@ -95,13 +99,26 @@ def synth(
                     + (f" × {datasets} data sets" if posterior else "")) as status, \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", UnmodelledAttributesWarning)  # said above
-            # one data set in memory at a time: drawn, written, dropped
-            frames = iter_synthetic(saved.model, num, len(paths), rng_key=seed,
-                                    categories=saved.categories, drop_unmodelled=drop_unmodelled)
-            for i, (frame, path) in enumerate(zip(frames, paths, strict=True)):
-                status(f"sampling {num} records: data set {i + 1} of {len(paths)}")
-                _write_table(frame, path)
-                width = frame.shape[1]
+            # one chunk of records in memory at a time: drawn, written, dropped
+            chunks = iter_synthetic_chunks(saved.model, num, len(paths), rng_key=seed,
+                                           categories=saved.categories,
+                                           drop_unmodelled=drop_unmodelled)
+            writer = None
+            try:
+                for chunk in chunks:
+                    if chunk.start == 0:
+                        writer = _TableWriter(paths[chunk.dataset])
+                    status(f"sampling {num} records: data set {chunk.dataset + 1} of "
+                           f"{len(paths)}, record {chunk.start + len(chunk.frame)}")
+                    writer.write(chunk.frame)
+                    width = chunk.frame.shape[1]
+                    if chunk.last:
+                        writer.commit()
+                        writer = None
+            except BaseException:
+                if writer is not None:
+                    writer.discard()
+                raise
     console.print(f"sampled {len(paths)} data set(s) of {num} records and {width} "
                   f"columns (seed {seed})", highlight=False)
     console.print("wrote " + (str(paths[0]) if len(paths) == 1 else f"{paths[0]} … {paths[-1]}"),
