@@ -308,12 +308,8 @@ def _verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # Entry points
 # ------------------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m benchmarks appgm``.
-
-    Parameters
-    ----------
-    parser : argparse.ArgumentParser
-    """
+    """Options of ``python -m benchmarks appgm`` (the :mod:`benchmarks` contract): the
+    workloads, the oracle kinds, the iterations of each and the seed of the noise."""
     add_out_argument(parser, "appgm")
     parser.add_argument("--workloads", default="tree,c4",
                         help="comma-separated subset of c4,tree (default %(default)s)")
@@ -328,18 +324,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the APPGM benchmark.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        From :func:`add_arguments`.
-
-    Returns
-    -------
-    int
-        Exit status (0).
-    """
+    """Fit every contender on every ``--workloads`` entry, writing ``appgm.json`` and
+    ``appgm.csv`` under ``--out`` after each fit, then print the verdicts; returns 0 (bad options
+    end it with a one-line message)."""
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_enable_compilation_cache", False)
     if args.iters_exact < 100 or args.iters_exact % 50:

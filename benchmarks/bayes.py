@@ -185,12 +185,8 @@ def svi(model: Any, guide: str, seed: int, start: dict, reference: dict,
 # Entry points
 # ------------------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m benchmarks bayes``.
-
-    Parameters
-    ----------
-    parser : argparse.ArgumentParser
-    """
+    """Options of ``python -m benchmarks bayes`` (the :mod:`benchmarks` contract): the
+    models, the NUTS repeats, chains and iterations, and SVI's steps, window and tolerance."""
     add_out_argument(parser, "bayes")
     parser.add_argument("--models", default="demo,adult",
                         help="comma-separated subset of demo,adult (default %(default)s)")
@@ -223,18 +219,9 @@ def _summarise(results: dict, name: str, nuts_rows: list[dict], svi_rows: list[d
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the Bayesian-inference benchmark.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        From :func:`add_arguments`.
-
-    Returns
-    -------
-    int
-        Exit status (0).
-    """
+    """NUTS (``--repeats`` seeds) and, on the first seed, SVI with every guide on every
+    ``--models`` entry, writing ``bayes.json`` and ``bayes.csv`` under ``--out`` after each run;
+    returns 0 (bad options end it with a one-line message)."""
     import numpyro
 
     from numpyro_dpgm.estimation.cgm_em import em_start

@@ -380,12 +380,9 @@ def _print_table(results: dict[str, Any]) -> None:
 # Entry points
 # ------------------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m benchmarks oracle``.
-
-    Parameters
-    ----------
-    parser : argparse.ArgumentParser
-    """
+    """Options of ``python -m benchmarks oracle`` (the :mod:`benchmarks` contract): the
+    workloads, the timed repeats, the seed of the log-potentials, the triangulation and the mbi
+    oracles and elimination cap."""
     add_out_argument(parser, "oracle")
     parser.add_argument("--repeats", type=int, default=30,
                         help="timed calls per contender after compilation (default %(default)s)")
@@ -402,18 +399,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the oracle benchmark.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        From :func:`add_arguments`.
-
-    Returns
-    -------
-    int
-        Exit status (0).
-    """
+    """Time both libraries on every ``--workloads`` entry, print the table and write
+    ``oracle.json`` and ``oracle.csv`` under ``--out``; returns 0 (bad options end it with a
+    one-line message)."""
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_enable_compilation_cache", False)
     args.mbi_oracles = [s for s in args.mbi_oracles.split(",") if s]

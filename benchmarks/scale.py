@@ -144,12 +144,9 @@ def run_workload(n: int, m: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m benchmarks scale``.
-
-    Parameters
-    ----------
-    parser : argparse.ArgumentParser
-    """
+    """Options of ``python -m benchmarks scale`` (the :mod:`benchmarks` contract): the grid
+    of attributes and clique ratios, values per attribute, timed repeats, seed, the NUTS
+    batching comparison and the exact oracle's memory cap."""
     add_out_argument(parser, "scale")
     parser.add_argument("--attrs", default="8,16,32,64",
                         help="comma-separated numbers of attributes (default %(default)s)")
@@ -202,18 +199,9 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the scale benchmark.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        From :func:`add_arguments`.
-
-    Returns
-    -------
-    int
-        Exit status (0).
-    """
+    """Both oracles on every network of the ``--attrs`` × ``--ratios`` grid, then the
+    multi-chain NUTS comparison (unless ``--mcmc-chains 0``); writes ``scale.json`` and
+    ``scale.csv`` under ``--out`` and returns 0 (bad options end it with a one-line message)."""
     import contextlib
 
     from numpyro_dpgm.inference import memory
