@@ -14,6 +14,12 @@ A benchmark is a module of this package that defines
 
 To add one, write the module: every module of this package that defines ``DESCRIPTION`` at its
 top level is a benchmark named after the module.
+
+What benchmarks share is in two modules that are not benchmarks: :mod:`benchmarks.harness`
+(the machine, the load average, the JSON record and the ``NAME.json`` / ``NAME.csv`` files, the
+timing of first and later calls, the ``--out`` option) and :mod:`benchmarks.workloads` (the
+Adult cliques, seed 002's synthetic releases). A benchmark imports those, never another
+benchmark's module.
 """
 
 from __future__ import annotations

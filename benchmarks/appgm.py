@@ -32,9 +32,9 @@ Workloads (Gaussian noise with the calibration of seed 003's Appendix C.4 at ε 
 
 - ``c4``: Appendix C.4's 32 random 2-way marginals
   (``experiments.mckenna2021.adult_cliques``); the min-size junction tree has 1.37·10⁷ cells.
-- ``tree``: ``benchmarks.oracle``'s 14 one-way and 15 two-way marginals (the maximum spanning
-  tree of the pairwise mutual information plus the 2 pairs of highest mutual information
-  outside it, which close two cycles).
+- ``tree``: ``benchmarks.workloads.tree_workload``'s 14 one-way and 15 two-way marginals (the
+  maximum spanning tree of the pairwise mutual information plus the 2 pairs of highest mutual
+  information outside it, which close two cycles).
 
 Targets: equal or better error (loss and workload TVD) after the same number of iterations,
 and less time per iteration, for both oracle kinds.
@@ -46,16 +46,11 @@ writes ``appgm.json`` and ``appgm.csv`` under ``--out`` (default ``bench-results
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
-import json
 import math
 import statistics
-import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -63,13 +58,13 @@ import numpy as np
 
 from numpyro_dpgm.inference import junction_tree as jt
 
-from .oracle import _json_default, _load, _machine, tree_workload
+from .harness import add_out_argument, load_average, new_record, write_results
+from .workloads import Clique, adult_workload
 
 DESCRIPTION = "Prox-PGM/APPGM vs mbi mirror descent on noisy Adult marginals: error and s/iter"
 
 EPSILON = 1.0
 MBI_STEP_FACTORS = (1.0, 4.0, 16.0)
-Clique = tuple[str, ...]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -80,8 +75,7 @@ def _workload(name: str, dataset: Any) -> list[Clique]:
 
     if name == "c4":
         return adult_cliques(dataset.domain)
-    dom = dataset.domain
-    return list(tree_workload(dataset.to_array(), dom.attrs, dom.shape).cliques)
+    return list(adult_workload("tree", dataset).cliques)
 
 
 def measure(dataset: Any, cliques: Sequence[Clique], seed: int) -> tuple[list, dict, float]:
@@ -157,7 +151,7 @@ def fit_ours(ms: list, network: Any, total: float, iters: int, factory: Callable
         pass
     compile_s = time.perf_counter() - t0
     stamps: list[tuple[int, float]] = []
-    load0 = _load()
+    load0 = load_average()
     fit = prox_pgm(ms, network, total_count=total, max_iters=iters, oracle=factory, tol=0.0,
                    callback=lambda t, _loss: stamps.append((t, time.perf_counter())),
                    callback_every=block)
@@ -166,7 +160,7 @@ def fit_ours(ms: list, network: Any, total: float, iters: int, factory: Callable
     return {"iterations": fit.iterations, "compile_s": compile_s, **_per_iteration(stamps),
             "marginals": marg, "rejected_steps": fit.extras["rejected_steps"],
             "initial_step": fit.extras["initial_step_size"],
-            "load_before": load0, "load_after": _load()}
+            "load_before": load0, "load_after": load_average()}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -196,7 +190,7 @@ def fit_mbi_exact(ms: list, domain: Any, total: float, iters: int) -> dict[str, 
     mdom, loss_fn, _ = _mbi_problem(ms, domain)
     est = estimation.MirrorDescent()
     block = estimation.CALLBACK_EVERY
-    load0 = _load()
+    load0 = load_average()
     stamps = [(0, time.perf_counter())]
 
     def stamp(value: Any) -> None:
@@ -210,7 +204,7 @@ def fit_mbi_exact(ms: list, domain: Any, total: float, iters: int) -> dict[str, 
             **timing, "marginals": _mbi_tables(model.marginals, [m.clique for m in ms]),
             "initial_step": 2.0 / (float(loss_fn.lipschitz) * total),
             "mbi_own_loss": float(loss_fn(model.marginals)),
-            "load_before": load0, "load_after": _load()}
+            "load_before": load0, "load_after": load_average()}
 
 
 def fit_mbi_approx(ms: list, domain: Any, total: float, iters: int,
@@ -225,7 +219,7 @@ def fit_mbi_approx(ms: list, domain: Any, total: float, iters: int,
     jax.block_until_ready(est.estimate(mdom, loss_fn, known_total=total, iters=2))
     compile_s = time.perf_counter() - t0
     stamps: list[tuple[int, float]] = []
-    load0 = _load()
+    load0 = load_average()
 
     def stamp(mu: Any) -> None:
         jax.block_until_ready(mu)
@@ -235,7 +229,7 @@ def fit_mbi_approx(ms: list, domain: Any, total: float, iters: int,
     return {"iterations": iters, "compile_s": compile_s, **_per_iteration(stamps),
             "marginals": _mbi_tables(mu, [m.clique for m in ms]), "initial_step": step,
             "mbi_own_loss": float(loss_fn(mu)),
-            "step_factor": factor, "load_before": load0, "load_after": _load()}
+            "step_factor": factor, "load_before": load0, "load_after": load_average()}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -313,14 +307,9 @@ def _verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
 # Entry points
 # ------------------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m benchmarks appgm``.
-
-    Parameters
-    ----------
-    parser : argparse.ArgumentParser
-    """
-    parser.add_argument("--out", type=Path, default=Path("bench-results"),
-                        help="output folder for appgm.json and appgm.csv (default %(default)s)")
+    """Options of ``python -m benchmarks appgm`` (the :mod:`benchmarks` contract): the
+    workloads, the oracle kinds, the iterations of each and the seed of the noise."""
+    add_out_argument(parser, "appgm")
     parser.add_argument("--workloads", default="tree,c4",
                         help="comma-separated subset of c4,tree (default %(default)s)")
     parser.add_argument("--oracles", default="exact,approx",
@@ -334,18 +323,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the APPGM benchmark.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        From :func:`add_arguments`.
-
-    Returns
-    -------
-    int
-        Exit status (0).
-    """
+    """Fit every contender on every ``--workloads`` entry, writing ``appgm.json`` and
+    ``appgm.csv`` under ``--out`` after each fit, then print the verdicts; returns 0 (bad options
+    end it with a one-line message)."""
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_enable_compilation_cache", False)
     if args.iters_exact < 100 or args.iters_exact % 50:
@@ -366,33 +346,21 @@ def main(args: argparse.Namespace) -> int:
 
     dataset = load_demo()
     start = time.perf_counter()
-    results: dict[str, Any] = {
-        "benchmark": "appgm",
-        "command": "python -m benchmarks appgm " + " ".join(sys.argv[2:]),
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": _machine(),
-        "settings": {"epsilon": EPSILON, "delta": 1e-6, "seed": args.seed,
-                     "iters_exact": args.iters_exact, "iters_approx": args.iters_approx,
-                     "mbi_step_factors": MBI_STEP_FACTORS, "x64": True,
-                     "compilation_cache": False, "loss": "sum 0.5*||(mu_C - y_C)/sigma||^2",
-                     "error": "mean TVD 0.5*||mu_C - n_C||_1/N over the measured cliques"},
-        "load_average_start": _load(),
-    }
+    results = new_record(
+        "appgm",
+        {"epsilon": EPSILON, "delta": 1e-6, "seed": args.seed, "iters_exact": args.iters_exact,
+         "iters_approx": args.iters_approx, "mbi_step_factors": MBI_STEP_FACTORS, "x64": True,
+         "compilation_cache": False, "loss": "sum 0.5*||(mu_C - y_C)/sigma||^2",
+         "error": "mean TVD 0.5*||mu_C - n_C||_1/N over the measured cliques"})
     rows: list[dict[str, Any]] = []
 
     def write(row: dict[str, Any] | None = None) -> None:
         """Write everything measured so far (after every fit, so a stopped run keeps it)."""
         if row is not None:
             rows.append(row)
-        results.update(load_average_end=_load(), wall_s=time.perf_counter() - start,
+        results.update(load_average_end=load_average(), wall_s=time.perf_counter() - start,
                        verdicts=_verdicts(rows), rows=rows)
-        args.out.mkdir(parents=True, exist_ok=True)
-        with open(args.out / "appgm.json", "w") as f:
-            json.dump(results, f, indent=1, default=_json_default)
-        with open(args.out / "appgm.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-            w.writeheader()
-            w.writerows(rows)
+        write_results(args.out, "appgm", results, rows)
 
     for name in workloads:
         run_workload(name, dataset, args, write)

@@ -47,19 +47,14 @@ and ``bayes.csv`` under ``--out`` (default ``bench-results``).
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
-import json
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from .oracle import _json_default, _load, _machine
+from .harness import add_out_argument, load_average, new_record, write_results
 
 DESCRIPTION = "NUTS bulk ESS/s, R-hat and SVI time to converge on the noisy-marginals models"
 
@@ -110,7 +105,7 @@ def nuts(model: Any, start: dict, seed: int,
     kernel = NUTS(model, init_strategy=init_to_interior(values=start, radius=0.5))
     mcmc = MCMC(kernel, num_warmup=args.warmup, num_samples=args.samples,
                 num_chains=args.chains, chain_method="sequential", progress_bar=False)
-    load0 = _load()
+    load0 = load_average()
     t0 = time.perf_counter()
     mcmc.warmup(jax.random.key(seed), extra_fields=NUTS_FIELDS, collect_warmup=False)
     warmup_s = time.perf_counter() - t0
@@ -130,7 +125,7 @@ def nuts(model: Any, start: dict, seed: int,
         "min_ess_per_s": float(np.nanmin(ess)) / sampling_s,
         "median_ess_per_s": float(np.nanmedian(ess)) / sampling_s,
         "min_ess_per_s_total": float(np.nanmin(ess)) / (warmup_s + sampling_s),
-        "load_before": load0, "load_after": _load(),
+        "load_before": load0, "load_after": load_average(),
     }
     return out, mcmc.get_samples()
 
@@ -165,7 +160,7 @@ def svi(model: Any, guide: str, seed: int, start: dict, reference: dict,
     from numpyro_dpgm.infer import run_svi
 
     w = args.svi_window
-    load0 = _load()
+    load0 = load_average()
     first = run_svi(model, jax.random.key(seed), guide=guide, num_steps=w, init=start)
     short = run_svi(model, jax.random.key(seed), guide=guide, num_steps=w, init=start)
     fit = run_svi(model, jax.random.key(seed), guide=guide, num_steps=args.svi_steps,
@@ -182,7 +177,7 @@ def svi(model: Any, guide: str, seed: int, start: dict, reference: dict,
         "final_neg_elbo": float(np.mean(losses[-w:])),
         "phi_max_z_vs_nuts": _agreement(fit.samples, reference, "phi"),
         "n_max_z_vs_nuts": _agreement(fit.samples, reference, "n"),
-        "load_before": load0, "load_after": _load(),
+        "load_before": load0, "load_after": load_average(),
     }
 
 
@@ -190,14 +185,9 @@ def svi(model: Any, guide: str, seed: int, start: dict, reference: dict,
 # Entry points
 # ------------------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m benchmarks bayes``.
-
-    Parameters
-    ----------
-    parser : argparse.ArgumentParser
-    """
-    parser.add_argument("--out", type=Path, default=Path("bench-results"),
-                        help="output folder for bayes.json and bayes.csv (default %(default)s)")
+    """Options of ``python -m benchmarks bayes`` (the :mod:`benchmarks` contract): the
+    models, the NUTS repeats, chains and iterations, and SVI's steps, window and tolerance."""
+    add_out_argument(parser, "bayes")
     parser.add_argument("--models", default="demo,adult",
                         help="comma-separated subset of demo,adult (default %(default)s)")
     parser.add_argument("--repeats", type=int, default=3,
@@ -229,18 +219,9 @@ def _summarise(results: dict, name: str, nuts_rows: list[dict], svi_rows: list[d
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the Bayesian-inference benchmark.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        From :func:`add_arguments`.
-
-    Returns
-    -------
-    int
-        Exit status (0).
-    """
+    """NUTS (``--repeats`` seeds) and, on the first seed, SVI with every guide on every
+    ``--models`` entry, writing ``bayes.json`` and ``bayes.csv`` under ``--out`` after each run;
+    returns 0 (bad options end it with a one-line message)."""
     import numpyro
 
     from numpyro_dpgm.estimation.cgm_em import em_start
@@ -255,27 +236,15 @@ def main(args: argparse.Namespace) -> int:
     if args.svi_steps < 3 * args.svi_window:
         raise SystemExit("--svi-steps must be at least three windows")
     start = time.perf_counter()
-    results: dict[str, Any] = {
-        "benchmark": "bayes",
-        "command": "python -m benchmarks bayes " + " ".join(sys.argv[2:]),
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": _machine(),
-        "settings": {k: v for k, v in vars(args).items() if k != "out"},
-        "load_average_start": _load(),
-        "models": {},
-    }
+    results = new_record("bayes", {k: v for k, v in vars(args).items() if k != "out"},
+                         models={})
     rows: list[dict[str, Any]] = []
 
     def write() -> None:
         """Write everything measured so far (after every run, so a stopped run keeps it)."""
-        results.update(load_average_end=_load(), wall_s=time.perf_counter() - start, rows=rows)
-        args.out.mkdir(parents=True, exist_ok=True)
-        with open(args.out / "bayes.json", "w") as f:
-            json.dump(results, f, indent=1, default=_json_default)
-        with open(args.out / "bayes.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-            w.writeheader()
-            w.writerows(rows)
+        results.update(load_average_end=load_average(), wall_s=time.perf_counter() - start,
+                       rows=rows)
+        write_results(args.out, "bayes", results, rows)
 
     per_model: dict[str, tuple[list[dict], list[dict]]] = {m: ([], []) for m in models}
     for seed in range(args.repeats):  # every model's first repeat (with SVI) before the next

@@ -7,7 +7,8 @@ Dirichlet(1) on every edge (``θ_e = log w``, ``w ~ Dirichlet(1)`` over the edge
 - ``er``: one connected Erdős–Rényi graph ``G(10, p = 0.3)`` (the paper does not state ``p``;
   resampled until connected from a fixed seed), shared by all populations.
 
-The model builders are those of the reproduction, :mod:`numpyro_dpgm.experiments.bernstein2017`.
+The model builders are those of the reproduction, :mod:`numpyro_dpgm.experiments.bernstein2017`
+(:func:`benchmarks.workloads.seed002_release`).
 
 For every model, population (``--trials``) and ε: ``N`` records are drawn from the model, every
 edge table is counted and released with Laplace noise of scale ``b = |E|/ε`` (add/remove
@@ -25,16 +26,14 @@ Run ``python -m benchmarks cgm [--trials K] [--N N] [--out DIR]``; writes ``cgm.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import platform
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
+
+from .harness import add_out_argument, platform_summary, write_results
+from .workloads import seed002_release
 
 DESCRIPTION = "naive MLE vs CGM-EM on 10-node third-order chains and ER graphs: time and KL"
 
@@ -43,24 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=3, help="populations per model and ε")
     parser.add_argument("--N", type=int, default=10_000, help="records per population")
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0])
-    parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    add_out_argument(parser, "cgm")
 
 
 def _trial(model: str, seed: int, n: int, eps: float) -> dict[str, Any]:
-    from numpyro_dpgm import MarkovRandomField
     from numpyro_dpgm.estimation import cgm_em, naive_mle
-    from numpyro_dpgm.experiments.bernstein2017 import dirichlet_theta, synthetic_network
     from numpyro_dpgm.metrics import kl_divergence
-    from numpyro_dpgm.privacy import simulate_release
 
-    net = synthetic_network(model, 10)
-    edges = list(net.cliques)
-    theta = dirichlet_theta(net, np.random.default_rng(seed))
-    truth = MarkovRandomField(net, theta)
-    records = np.asarray(truth.sample(jax.random.key(seed), (n,)))
-    meas = simulate_release(records, edges, eps, jax.random.key(1000 + seed), domain=net.domain)
+    net, truth, meas, _ = seed002_release(model, 10, seed, n, eps)
     row: dict[str, Any] = {"model": model, "seed": seed, "N": n, "epsilon": eps,
-                           "edges": len(edges)}
+                           "edges": len(net.cliques)}
     for name, fit in (("naive", lambda: naive_mle(meas, net, total_count=n)),
                       ("cgm_em", lambda: cgm_em(meas, net, total_count=n))):
         t0 = time.perf_counter()
@@ -97,16 +88,9 @@ def main(args: argparse.Namespace) -> int:
                 "cgm_em_s_median": statistics.median(r["cgm_em_s"] for r in sel),
                 "ratio_median": statistics.median(r["ratio"] for r in sel),
             }
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"machine": platform.platform(), "processor": platform.processor(),
-            "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
-            "N": args.N, "trials": args.trials}
-    (args.out / "cgm.json").write_text(json.dumps({"meta": meta, "summary": summary,
-                                                   "rows": rows}, indent=2))
-    with open(args.out / "cgm.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    meta = {**platform_summary(), "N": args.N, "trials": args.trials}
+    write_results(args.out, "cgm", {"meta": meta, "summary": summary, "rows": rows}, rows,
+                  indent=2)
     print("\nsummary (means of KL, medians of time):")
     for k, v in summary.items():
         print(f"  {k:16s} KL naive {v['naive_kl_mean']:.3f}  cgm_em {v['cgm_em_kl_mean']:.3f}  "

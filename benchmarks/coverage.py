@@ -38,7 +38,6 @@ Run ``python -m benchmarks coverage [--reps R] [--N N] [--m M] [--out DIR]``; wr
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -47,6 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+if __package__:  # python -m benchmarks coverage; run as a script, this file is the NAPSU-MQ
+    # runner in twinify's environment, which needs none of the harness
+    from .harness import add_out_argument, load_1min, load_average, write_results
 
 DESCRIPTION = "coverage of 90% intervals from m posterior synthetic data sets (Rubin) vs naive"
 
@@ -77,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--releases-only", action="store_true",
                         help="only draw the releases (as the full run does) and write them to "
                              "--releases-out, for the NAPSU-MQ runner")
-    parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    add_out_argument(parser, "coverage")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -275,7 +278,7 @@ def run_setting(pop: str, eps: float, args: argparse.Namespace,
         done = [r for r in rows if r["method"] == "rubin"]
         print(f"{pop} eps={eps} reps<{reps[-1] + 1}: NUTS {t_nuts:.1f}s/rep, "
               f"batch {time.perf_counter() - t0:.0f}s, rubin coverage so far "
-              f"{np.mean([r['covered'] for r in done]):.2f}, load {os.getloadavg()[0]:.1f}",
+              f"{np.mean([r['covered'] for r in done]):.2f}, load {load_1min():.1f}",
               flush=True)
     return rows
 
@@ -409,7 +412,7 @@ def main(args: argparse.Namespace) -> int:
 
     jax.config.update("jax_enable_x64", True)
     start = time.perf_counter()
-    load_start = os.getloadavg()
+    load_start = load_average()
     if args.releases_only:
         if args.releases_out is None:
             raise SystemExit("--releases-only needs --releases-out FILE")
@@ -423,7 +426,6 @@ def main(args: argparse.Namespace) -> int:
     if args.napsu is not None:
         rows.extend(json.loads(args.napsu.read_text())["rows"])
     table = summarise(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
     meta = {"command": "python -m benchmarks coverage " + " ".join(
                 f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                 if k not in ("out",) and v is not None and not isinstance(v, list)),
@@ -431,15 +433,10 @@ def main(args: argparse.Namespace) -> int:
             "epsilons": args.epsilons, "populations": args.populations,
             "nuts": {"warmup": args.warmup, "samples": args.samples, "chains": 1},
             "wall_seconds": time.perf_counter() - start,
-            "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
+            "loadavg_start": load_start, "loadavg_end": load_average(),
             "machine": platform.platform(), "cpus": os.cpu_count(),
             "jax": jax.__version__}
-    (args.out / "coverage.json").write_text(json.dumps(
-        {"meta": meta, "table": table, "rows": rows}, indent=1))
-    with (args.out / "coverage.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(table[0]))
-        writer.writeheader()
-        writer.writerows(table)
+    write_results(args.out, "coverage", {"meta": meta, "table": table, "rows": rows}, table)
     if releases is not None:
         args.releases_out.write_text(json.dumps(releases))
     print(f"{'population':10} {'eps':>5} {'estimand':9} {'method':6} {'coverage':>9} "

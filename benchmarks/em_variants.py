@@ -1,8 +1,9 @@
 """EM from the posterior mean of the counts against naive MLE and MAP-EM (seed 002's models).
 
-Models (seed 002, §4.1, built as in :mod:`benchmarks.cgm`): 10 nodes with ``--values`` values
-each (the paper: 10), pairwise potentials ``θ_e = log w``, ``w ~ Dirichlet(1)`` on every edge of
-the third-order chain (``chain3``, 24 edges) or of one connected ER graph (``er``). For every
+Models (seed 002, §4.1, :func:`benchmarks.workloads.seed002_release`): 10 nodes with
+``--values`` values each (the paper: 10), pairwise potentials ``θ_e = log w``,
+``w ~ Dirichlet(1)`` on every edge of the third-order chain (``chain3``, 24 edges) or of one
+connected ER graph (``er``). For every
 model, ``N``, ε and population (``--trials``): ``N`` records are drawn, every edge table is
 released with Laplace noise ``b = |E|/ε`` (the JAX simulation sampler), and every estimator is
 fitted:
@@ -38,10 +39,7 @@ near-empty cells where the new estimators start.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -50,17 +48,14 @@ from typing import Any
 import jax
 import numpy as np
 
+from .harness import add_out_argument, load_1min, platform_summary, write_results
+from .workloads import seed002_release
+
 DESCRIPTION = ("variational EM, Monte-Carlo EM and the posterior mean vs naive MLE and MAP-EM "
                "on third-order chains and ER graphs: KL and time")
 
 NEW = ("vem", "mcem", "post_mean")
 ORACLE_GRID = tuple(2.0 ** k for k in range(-3, 5))
-
-
-def _edges(model: str) -> list[tuple[str, str]]:
-    from numpyro_dpgm.experiments.bernstein2017 import model_edges
-
-    return model_edges(model)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,21 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
                         help="run nothing: merge the rows of earlier runs' em_variants.json "
                              "(same model, seed, N, ε: fields of later files win) into --out")
-    parser.add_argument("--out", type=Path, default=Path("bench-results"))
-
-
-def _release(model: str, values: int, seed: int, n: int, eps: float) -> tuple[Any, ...]:
-    from numpyro_dpgm import MarkovNetwork, MarkovRandomField
-    from numpyro_dpgm.privacy import simulate_release
-
-    edges = _edges(model)
-    net = MarkovNetwork({f"x{i}": values for i in range(10)}, edges)
-    rng = np.random.default_rng(seed)
-    theta = np.concatenate([np.log(rng.dirichlet(np.ones(values ** 2))) for _ in edges])
-    truth = MarkovRandomField(net, theta)
-    records = np.asarray(truth.sample(jax.random.key(seed), (n,)))
-    meas = simulate_release(records, edges, eps, jax.random.key(1000 + seed), domain=net.domain)
-    return net, truth, meas, len(edges) / eps
+    add_out_argument(parser, "em_variants")
 
 
 def _fitters(args: argparse.Namespace, net: Any, meas: Any, n: int, b: float,
@@ -151,7 +132,7 @@ def _trial(args: argparse.Namespace, model: str, seed: int, n: int, eps: float,
            names: list[str]) -> dict[str, Any]:
     from numpyro_dpgm.metrics import kl_divergence
 
-    net, truth, meas, b = _release(model, args.values, seed, n, eps)
+    net, truth, meas, b = seed002_release(model, args.values, seed, n, eps)
     fitters = _fitters(args, net, meas, n, b, truth)
     row: dict[str, Any] = {"model": model, "seed": seed, "N": n, "epsilon": eps, "b": b,
                            "leak": _leak(net, meas, n)}
@@ -165,7 +146,7 @@ def _trial(args: argparse.Namespace, model: str, seed: int, n: int, eps: float,
             row["naive_oracle_scale"] = result.extras["grid_scale"]  # λ = scale·b/N
         row[f"{name}_s"] = elapsed
         row[f"{name}_kl"] = float(kl_divergence(truth, result.model))
-        row[f"{name}_load"] = os.getloadavg()[0]
+        row[f"{name}_load"] = load_1min()
     return row
 
 
@@ -283,13 +264,8 @@ def merge_runs(paths: list[Path]) -> tuple[list[dict[str, Any]], list[str], list
 
 def _write(out: Path, meta: dict, rows: list[dict[str, Any]], names: list[str]) -> None:
     summary = _summarise(rows, names)
-    (out / "em_variants.json").write_text(json.dumps(
-        {"meta": meta, "summary": summary, "rows": rows}, indent=2))
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(out / "em_variants.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    write_results(out, "em_variants", {"meta": meta, "summary": summary, "rows": rows}, rows,
+                  indent=2)
     (out / "em_variants.md").write_text(summary_markdown(rows, names))
 
 
@@ -309,9 +285,7 @@ def main(args: argparse.Namespace) -> int:
     names = list(args.estimators)
     rows: list[dict[str, Any]] = []
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"machine": platform.platform(), "processor": platform.processor(),
-            "jax": jax.__version__, "devices": [str(d) for d in jax.devices()],
-            "values": args.values, "trials": args.trials, "Ns": args.Ns,
+    meta = {**platform_summary(), "values": args.values, "trials": args.trials, "Ns": args.Ns,
             "epsilons": args.epsilons, "em_iters": args.em_iters, "svi_steps": args.svi_steps,
             "command": "python -m benchmarks em_variants " + " ".join(
                 f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
@@ -326,7 +300,7 @@ def main(args: argparse.Namespace) -> int:
                     rows.append(row)
                     print(f"{model} N={n} ε={eps:g} seed={seed} " + " ".join(
                         f"{k}:{row[f'{k}_kl']:.3f}/{row[f'{k}_s']:.2f}s" for k in names)
-                        + f" load={os.getloadavg()[0]:.1f}", flush=True)
+                        + f" load={load_1min():.1f}", flush=True)
                     _write(args.out, meta, rows, names)
     print("\n" + summary_markdown(rows, names))
     return 0

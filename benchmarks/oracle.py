@@ -59,128 +59,37 @@ Run ``python -m benchmarks oracle [--out DIR] [--repeats K]``; writes ``oracle.j
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
-import importlib.metadata
 import itertools
-import json
-import math
-import os
-import platform
 import statistics
-import sys
-import time
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import networkx as nx
 import numpy as np
+
+from .harness import (
+    add_out_argument,
+    interleaved,
+    load_average,
+    new_record,
+    timed,
+    write_results,
+)
+from .workloads import Clique, Workload, adult_workload
 
 DESCRIPTION = "exact marginal oracle vs mbi (Private-PGM) on Adult: per call, compile, queries"
 
-QUERY = ("age", "fnlwgt", "capital-gain")
+WORKLOADS = ("tree", "3way")  # the Adult workloads (benchmarks.workloads)
 NEW_QUERIES = 10  # further out-of-model triples timed for numpyro_dpgm (seeded choice)
 MBI_ORACLES = ("hugin", "shafer_shenoy", "implicit", "implicit_semistable")
 TARGETS = {"speedup_vs_mbi": 2.0, "compile_s": 3.0, "out_of_model_ms": 50.0}
 
-Clique = tuple[str, ...]
-
-
-class Workload(NamedTuple):
-    """A named set of cliques with its out-of-model query."""
-
-    name: str
-    description: str
-    cliques: tuple[Clique, ...]
-    query: Clique
-
 
 # ------------------------------------------------------------------------------------------------
-# Workloads
+# Out-of-model queries
 # ------------------------------------------------------------------------------------------------
-def mutual_information(records: np.ndarray, sizes: Sequence[int], i: int, j: int) -> float:
-    """Plug-in mutual information (nats) of columns ``i`` and ``j`` of integer ``records``.
-
-    Parameters
-    ----------
-    records : int array, shape ``(n, d)``
-    sizes : sequence of int
-        Number of values of every column.
-    i, j : int
-        Column indices.
-
-    Returns
-    -------
-    float
-    """
-    flat = records[:, i] * sizes[j] + records[:, j]
-    joint = np.bincount(flat, minlength=sizes[i] * sizes[j]).reshape(sizes[i], sizes[j])
-    p = joint / joint.sum()
-    outer = p.sum(1, keepdims=True) * p.sum(0, keepdims=True)
-    nz = p > 0
-    return float(np.sum(p[nz] * np.log(p[nz] / outer[nz])))
-
-
-def tree_workload(records: np.ndarray, attrs: Sequence[str], sizes: Sequence[int]) -> Workload:
-    """14 one-way + (spanning tree + 2) two-way marginals chosen by mutual information.
-
-    Parameters
-    ----------
-    records : int array, shape ``(n, d)``
-        Codes in domain order.
-    attrs : sequence of str
-        Attribute names in domain order.
-    sizes : sequence of int
-        Their numbers of values.
-
-    Returns
-    -------
-    Workload
-    """
-    pairs = list(itertools.combinations(range(len(attrs)), 2))
-    mi = {(i, j): mutual_information(records, sizes, i, j) for i, j in pairs}
-    graph = nx.Graph()
-    graph.add_nodes_from(range(len(attrs)))
-    graph.add_weighted_edges_from((i, j, w) for (i, j), w in mi.items())
-    tree = {tuple(sorted(e)) for e in nx.maximum_spanning_tree(graph, algorithm="kruskal").edges}
-    rest = sorted((p for p in pairs if p not in tree), key=lambda p: (-mi[p], p))
-    chosen = sorted(tree, key=lambda p: (-mi[p], p)) + rest[:2]
-    cliques = tuple((a,) for a in attrs) + tuple((attrs[i], attrs[j]) for i, j in chosen)
-    return Workload(
-        "tree",
-        f"{len(attrs)} one-way + {len(chosen)} two-way marginals: the maximum spanning tree of "
-        "pairwise empirical mutual information plus the 2 highest-MI pairs outside it",
-        cliques,
-        QUERY,
-    )
-
-
-def three_way_workload(attrs: Sequence[str]) -> Workload:
-    """The triples of consecutive attributes in domain order.
-
-    Parameters
-    ----------
-    attrs : sequence of str
-        Attribute names in domain order.
-
-    Returns
-    -------
-    Workload
-    """
-    cliques = tuple(tuple(attrs[i : i + 3]) for i in range(len(attrs) - 2))
-    return Workload(
-        "3way",
-        f"{len(cliques)} three-way marginals (a_i, a_i+1, a_i+2) of consecutive attributes in "
-        "domain order",
-        cliques,
-        QUERY,
-    )
-
-
 def fresh_queries(tree: Any, primary: Clique, count: int, seed: int) -> list[Clique]:
     """``count`` attribute triples (seeded choice) that no junction-tree clique holds.
 
@@ -206,34 +115,8 @@ def fresh_queries(tree: Any, primary: Clique, count: int, seed: int) -> list[Cli
 
 
 # ------------------------------------------------------------------------------------------------
-# Timing helpers
+# Agreement
 # ------------------------------------------------------------------------------------------------
-def _first_call(fn: Callable[[], Any]) -> tuple[float, Any]:
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(fn())
-    return time.perf_counter() - t0, out
-
-
-def _interleaved(contenders: dict[str, Callable[[], Any]], repeats: int) -> dict[str, dict]:
-    """Time every contender ``repeats`` times, one call of each per round (after a warm call)."""
-    for fn in contenders.values():
-        jax.block_until_ready(fn())
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(repeats):
-        for name, fn in contenders.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn())
-            times[name].append(time.perf_counter() - t0)
-    return {name: _summary(ts) for name, ts in times.items()}
-
-
-def _summary(seconds: list[float]) -> dict[str, float]:
-    ms = sorted(t * 1e3 for t in seconds)
-    q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0]] * 3
-    return {"median_ms": statistics.median(ms), "min_ms": ms[0], "q1_ms": q[0], "q3_ms": q[2],
-            "repeats": len(ms)}
-
-
 def _max_abs(a: Any, b: Any) -> float:
     return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
 
@@ -314,20 +197,20 @@ def run_workload(wl: Workload, dataset: Any, args: argparse.Namespace) -> dict[s
 
     # -- numpyro_dpgm: compile, then the out-of-model queries -----------------------------------
     ours: dict[str, Any] = {"method": args.method}
-    ours["compile_s"], mu_ours = _first_call(lambda: jt.marginals(net, theta, 1.0, args.method))
+    ours["compile_s"], mu_ours = timed(lambda: jt.marginals(net, theta, 1.0, args.method))
     tree = jt.build_junction_tree(net, args.method)
     ours["junction_tree"] = {"cliques": [list(c) for c in tree.cliques], "cells": tree.num_cells,
                              "largest_clique_cells": max(domain.size(c) for c in tree.cliques)}
-    ours["log_partition_compile_s"], log_z_ours = _first_call(
+    ours["log_partition_compile_s"], log_z_ours = timed(
         lambda: jt.log_partition(net, theta, args.method))
     if tree.containing(wl.query) is not None:
         raise RuntimeError(f"{wl.query} is inside a junction-tree clique of {wl.name}")
     ours["factored_cliques"] = sum(_plan(net, args.method).factored)
-    first, q_ours = _first_call(lambda: jt.marginal(net, theta, wl.query, args.method))
+    first, q_ours = timed(lambda: jt.marginal(net, theta, wl.query, args.method))
     ours["out_of_model"] = {"query": list(wl.query), "first_query_on_network_ms": first * 1e3}
     ours["new_queries"] = []
     for q in fresh_queries(tree, wl.query, NEW_QUERIES, args.seed):
-        first_q, _ = _first_call(lambda q=q: jt.marginal(net, theta, q, args.method))
+        first_q, _ = timed(lambda q=q: jt.marginal(net, theta, q, args.method))
         ours["new_queries"].append({"query": list(q), "first_call_ms": first_q * 1e3})
     new_ms = [q["first_call_ms"] for q in ours["new_queries"]]
     ours["new_query_summary"] = {"median_ms": statistics.median(new_ms), "max_ms": max(new_ms),
@@ -348,7 +231,7 @@ def run_workload(wl: Workload, dataset: Any, args: argparse.Namespace) -> dict[s
     oracle_fns = {k: v for k, v in _mbi_oracles(mo).items() if k in args.mbi_oracles}
     agreement: dict[str, Any] = {"marginals_max_abs_diff": {}}
     for name, fn in oracle_fns.items():
-        compile_s, mu_mbi = _first_call(lambda fn=fn: fn(potentials))
+        compile_s, mu_mbi = timed(lambda fn=fn: fn(potentials))
         peer["oracles"][name] = {"compile_s": compile_s}
         agreement["marginals_max_abs_diff"][name] = max(
             _max_abs(mu_ours[c], mu_mbi[c].values) for c in wl.cliques)
@@ -361,11 +244,11 @@ def run_workload(wl: Workload, dataset: Any, args: argparse.Namespace) -> dict[s
     contenders: dict[str, Callable[[], Any]] = {
         "numpyro_dpgm": lambda: jt.marginals(net, theta, 1.0, args.method)}
     contenders.update({f"mbi:{k}": (lambda fn=fn: fn(potentials)) for k, fn in oracle_fns.items()})
-    calls = _interleaved(contenders, args.repeats)
+    calls = interleaved(contenders, args.repeats)
     ours["call"] = calls.pop("numpyro_dpgm")
     for name, summary in calls.items():
         peer["oracles"][name.removeprefix("mbi:")]["call"] = summary
-    ours["log_partition_call"] = _interleaved(
+    ours["log_partition_call"] = interleaved(
         {"lp": lambda: jt.log_partition(net, theta, args.method)}, args.repeats)["lp"]
     best = min(peer["oracles"], key=lambda k: peer["oracles"][k]["call"]["median_ms"])
     peer["best_oracle"] = best
@@ -380,13 +263,13 @@ def run_workload(wl: Workload, dataset: Any, args: argparse.Namespace) -> dict[s
     if peak > args.mbi_ve_max_cells:
         ve["skipped"] = (f"its elimination order builds a table of {peak:,} cells "
                          f"({peak * 8 / 2**30:.1f} GiB in float64), over --mbi-ve-max-cells")
-        ours["out_of_model"].update(_interleaved(ours_repeat, reps)["ours"])
+        ours["out_of_model"].update(interleaved(ours_repeat, reps)["ours"])
         print(f"  mbi variable elimination skipped: {ve['skipped']}", flush=True)
     else:
-        first_ve, q_mbi = _first_call(
+        first_ve, q_mbi = timed(
             lambda: mo.variable_elimination(potentials, wl.query, 1.0))
         ve["first_call_ms"] = first_ve * 1e3
-        rep = _interleaved({"ours": ours_repeat["ours"],
+        rep = interleaved({"ours": ours_repeat["ours"],
                             "mbi": lambda: mo.variable_elimination(potentials, wl.query, 1.0)},
                            reps)
         ours["out_of_model"].update(rep["ours"])
@@ -425,46 +308,10 @@ def _targets(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------
-# Environment, output
+# Output
 # ------------------------------------------------------------------------------------------------
-def _machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    mem_gib = None
-    try:
-        with open("/proc/meminfo") as f:
-            for ln in f:
-                if ln.startswith("MemTotal:"):
-                    mem_gib = round(int(ln.split()[1]) / 2**20, 1)
-    except OSError:
-        pass
-    versions = {}
-    for pkg in ("numpyro_dpgm", "mbi", "jax", "jaxlib", "numpyro", "numpy", "opt_einsum"):
-        try:
-            versions[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            versions[pkg] = None
-    return {
-        "cpu": cpu, "logical_cores": os.cpu_count(), "memory_gib": mem_gib,
-        "os": platform.platform(), "python": platform.python_version(),
-        "jax_backend": jax.default_backend(), "jax_devices": [str(d) for d in jax.devices()],
-        "versions": versions,
-    }
-
-
-def _load() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
-def _write_csv(path: Path, results: dict[str, Any]) -> None:
+def _rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The CSV table: one row per library and oracle of every workload."""
     rows = []
     for name, r in results["workloads"].items():
         ours, peer, agree = r["numpyro_dpgm"], r["mbi"], r["agreement"]
@@ -488,10 +335,7 @@ def _write_csv(path: Path, results: dict[str, Any]) -> None:
                 "ooq_median_ms": ve.get("median_ms", "skipped"),
                 "max_abs_diff_vs_ours": agree["marginals_max_abs_diff"][k],
             })
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    return rows
 
 
 def _print_table(results: dict[str, Any]) -> None:
@@ -536,14 +380,10 @@ def _print_table(results: dict[str, Any]) -> None:
 # Entry points
 # ------------------------------------------------------------------------------------------------
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m benchmarks oracle``.
-
-    Parameters
-    ----------
-    parser : argparse.ArgumentParser
-    """
-    parser.add_argument("--out", type=Path, default=Path("bench-results"),
-                        help="output folder for oracle.json and oracle.csv (default %(default)s)")
+    """Options of ``python -m benchmarks oracle`` (the :mod:`benchmarks` contract): the
+    workloads, the timed repeats, the seed of the log-potentials, the triangulation and the mbi
+    oracles and elimination cap."""
+    add_out_argument(parser, "oracle")
     parser.add_argument("--repeats", type=int, default=30,
                         help="timed calls per contender after compilation (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the N(0,1) log-potentials")
@@ -559,18 +399,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the oracle benchmark.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        From :func:`add_arguments`.
-
-    Returns
-    -------
-    int
-        Exit status (0).
-    """
+    """Time both libraries on every ``--workloads`` entry, print the table and write
+    ``oracle.json`` and ``oracle.csv`` under ``--out``; returns 0 (bad options end it with a
+    one-line message)."""
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_enable_compilation_cache", False)
     args.mbi_oracles = [s for s in args.mbi_oracles.split(",") if s]
@@ -586,43 +417,22 @@ def main(args: argparse.Namespace) -> int:
     from numpyro_dpgm import load_demo
 
     dataset = load_demo()
-    records = dataset.to_array()
-    attrs, sizes = dataset.domain.attrs, dataset.domain.shape
-    available = {"tree": lambda: tree_workload(records, attrs, sizes),
-                 "3way": lambda: three_way_workload(attrs)}
     names = [s for s in args.workloads.split(",") if s]
-    bad = [s for s in names if s not in available]
+    bad = [s for s in names if s not in WORKLOADS]
     if bad:
-        raise SystemExit(f"unknown workload(s) {bad}; choose from {list(available)}")
+        raise SystemExit(f"unknown workload(s) {bad}; choose from {list(WORKLOADS)}")
     jax.block_until_ready(jnp.zeros(1) + 1)  # start the backend before timing anything
-    results: dict[str, Any] = {
-        "benchmark": "oracle",
-        "command": "python -m benchmarks oracle " + " ".join(sys.argv[2:]),
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": _machine(),
-        "settings": {"repeats": args.repeats, "seed": args.seed, "x64": True,
-                     "compilation_cache": False, "mbi_oracles": args.mbi_oracles,
-                     "mbi_ve_max_cells": args.mbi_ve_max_cells,
-                     "log_potentials": "iid N(0, 1) per cell"},
-        "load_average_start": _load(),
-        "targets": TARGETS,
-        "workloads": {},
-    }
+    results = new_record(
+        "oracle",
+        {"repeats": args.repeats, "seed": args.seed, "x64": True, "compilation_cache": False,
+         "mbi_oracles": args.mbi_oracles, "mbi_ve_max_cells": args.mbi_ve_max_cells,
+         "log_potentials": "iid N(0, 1) per cell"},
+        targets=TARGETS, workloads={})
     for name in names:
-        results["workloads"][name] = run_workload(available[name](), dataset, args)
-    results["load_average_end"] = _load()
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "oracle.json", "w") as f:
-        json.dump(results, f, indent=1, default=_json_default)
-    _write_csv(args.out / "oracle.csv", results)
+        results["workloads"][name] = run_workload(adult_workload(name, dataset), dataset, args)
+    results["load_average_end"] = load_average()
+    write_results(args.out, "oracle", results, _rows(results))
     _print_table(results)
     print(f"\nwrote {args.out / 'oracle.json'} and {args.out / 'oracle.csv'}")
     return 0
 
-
-def _json_default(x: Any) -> Any:
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x) if math.isfinite(x) else str(x)
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")

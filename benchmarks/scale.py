@@ -35,20 +35,21 @@ Run ``python -m benchmarks scale [--out DIR] [--attrs 8,16,32,64] [--ratios 1.5,
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
-import json
-import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .oracle import _json_default, _load, _machine
+from .harness import (
+    add_out_argument,
+    load_average,
+    new_record,
+    summary_ms,
+    timed,
+    write_results,
+)
 
 DESCRIPTION = ("exact vs convex_gbp oracle: time per call and peak memory vs attributes and "
                "cliques; multi-chain NUTS sequential vs vectorized")
@@ -89,10 +90,8 @@ def random_edges(n: int, m: int, rng: np.random.Generator) -> list[tuple[int, in
 def _timed_calls(fn: Any, args: tuple, repeats: int) -> list[float]:
     seconds = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn(*args)
-        jax.block_until_ready(out)
-        seconds.append(time.perf_counter() - t0)
+        t, out = timed(lambda args=args: fn(*args))
+        seconds.append(t)
         if len(out) == 3:  # warm start: the next call starts from this call's state
             args = (args[0], out[2])
     return seconds
@@ -113,11 +112,10 @@ def run_oracle(name: str, oracle: Any, theta: Any, repeats: int) -> dict[str, An
     peak = None if mem is None else int(mem.argument_size_in_bytes + mem.output_size_in_bytes
                                          + mem.temp_size_in_bytes)
     jax.block_until_ready(compiled(theta, state))
-    seconds = _timed_calls(compiled, (theta, state), repeats)
-    q = statistics.quantiles(seconds, n=4) if len(seconds) > 1 else seconds * 3
+    calls = summary_ms(_timed_calls(compiled, (theta, state), repeats))
     return {"oracle": name, "refused": False, "compile_s": compile_s,
-            "call_ms_median": 1e3 * statistics.median(seconds), "call_ms_q1": 1e3 * q[0],
-            "call_ms_q3": 1e3 * q[2], "peak_bytes": peak}
+            "call_ms_median": calls["median_ms"], "call_ms_q1": calls["q1_ms"],
+            "call_ms_q3": calls["q3_ms"], "peak_bytes": peak}
 
 
 def run_workload(n: int, m: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -137,7 +135,7 @@ def run_workload(n: int, m: int, args: argparse.Namespace) -> dict[str, Any]:
         "jt_cliques": len(tree.cliques),
         "jt_max_clique_cells": max(domain.size(c) for c in tree.cliques),
         "jt_total_cells": tree.num_cells, "rg_regions": len(approx.region_graph.regions),
-        "rg_cells": approx.region_graph.num_cells, "load_average": _load(),
+        "rg_cells": approx.region_graph.num_cells, "load_average": load_average(),
     }
     row["exact"] = run_oracle("exact", ExactOracle(net), theta, args.repeats)
     row["convex_gbp"] = run_oracle("convex_gbp", approx, theta, args.repeats)
@@ -145,14 +143,10 @@ def run_workload(n: int, m: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``python -m benchmarks scale``.
-
-    Parameters
-    ----------
-    parser : argparse.ArgumentParser
-    """
-    parser.add_argument("--out", type=Path, default=Path("bench-results"),
-                        help="output folder for scale.json and scale.csv (default %(default)s)")
+    """Options of ``python -m benchmarks scale`` (the :mod:`benchmarks` contract): the grid
+    of attributes and clique ratios, values per attribute, timed repeats, seed, the NUTS
+    batching comparison and the exact oracle's memory cap."""
+    add_out_argument(parser, "scale")
     parser.add_argument("--attrs", default="8,16,32,64",
                         help="comma-separated numbers of attributes (default %(default)s)")
     parser.add_argument("--ratios", default="1.5,2,3",
@@ -204,18 +198,9 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the scale benchmark.
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        From :func:`add_arguments`.
-
-    Returns
-    -------
-    int
-        Exit status (0).
-    """
+    """Both oracles on every network of the ``--attrs`` × ``--ratios`` grid, then the
+    multi-chain NUTS comparison (unless ``--mcmc-chains 0``); writes ``scale.json`` and
+    ``scale.csv`` under ``--out`` and returns 0 (bad options end it with a one-line message)."""
     import contextlib
 
     from numpyro_dpgm.inference import memory
@@ -228,19 +213,14 @@ def main(args: argparse.Namespace) -> int:
     cap = (contextlib.nullcontext() if args.max_clique_bytes is None
            else memory.clique_memory_cap(args.max_clique_bytes))
     jax.block_until_ready(jnp.zeros(1) + 1)
-    results: dict[str, Any] = {
-        "benchmark": "scale",
-        "command": "python -m benchmarks scale " + " ".join(sys.argv[2:]),
-        "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": _machine(),
-        "settings": {"attrs": attrs, "ratios": ratios, "values": args.values,
-                     "repeats": args.repeats, "seed": args.seed, "x64": True,
-                     "max_clique_bytes": args.max_clique_bytes or memory.max_clique_bytes(),
-                     "log_potentials": "iid N(0, 1) per cell",
-                     "convex_gbp": "saturated region graph, counting numbers 1, 1 sweep/call"},
-        "load_average_start": _load(),
-        "workloads": [],
-    }
+    results = new_record(
+        "scale",
+        {"attrs": attrs, "ratios": ratios, "values": args.values, "repeats": args.repeats,
+         "seed": args.seed, "x64": True,
+         "max_clique_bytes": args.max_clique_bytes or memory.max_clique_bytes(),
+         "log_potentials": "iid N(0, 1) per cell",
+         "convex_gbp": "saturated region graph, counting numbers 1, 1 sweep/call"},
+        workloads=[])
     with cap:
         for n in attrs:
             sizes = sorted({n - 1} | {min(int(round(r * n)), n * (n - 1) // 2) for r in ratios})
@@ -252,16 +232,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"\nNUTS, {chains['chains']} chains x {chains['warmup']}+{chains['samples']} steps: "
               f"sequential {chains['sequential_s']:.1f} s, vectorized {chains['vectorized_s']:.1f}"
               f" s, speed-up {chains['speedup']:.2f} (load {chains['load_average']})")
-    results["load_average_end"] = _load()
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "scale.json", "w") as f:
-        json.dump(results, f, indent=1, default=_json_default)
+    results["load_average_end"] = load_average()
     rows = _rows(results)
+    write_results(args.out, "scale", results, rows)
     if rows:
-        with open(args.out / "scale.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
         print()
         _print_table(rows)
     print(f"\nwrote {args.out / 'scale.json'}" + (f" and {args.out / 'scale.csv'}" if rows else ""))
@@ -292,7 +266,7 @@ def run_chains(args: argparse.Namespace) -> dict[str, Any]:
     measurements = simulate_release(np.asarray(records), net, 1.0, k_y)
     model = noisy_marginals_model(net, measurements, 1000)
     out: dict[str, Any] = {"chains": args.mcmc_chains, "warmup": args.mcmc_steps,
-                           "samples": args.mcmc_steps, "load_average": _load()}
+                           "samples": args.mcmc_steps, "load_average": load_average()}
     draws = {}
     for method in ("sequential", "vectorized"):
         t0 = time.perf_counter()
@@ -305,5 +279,5 @@ def run_chains(args: argparse.Namespace) -> dict[str, Any]:
     # same model, same key: both methods target the same posterior (means agree within MC error)
     out["posterior_mean_max_abs_diff"] = float(
         np.max(np.abs(draws["sequential"].mean(0) - draws["vectorized"].mean(0))))
-    out["load_average_end"] = _load()
+    out["load_average_end"] = load_average()
     return out

@@ -12,14 +12,13 @@ Writes ``synth_memory-<device>.{json,csv}`` under ``--out``.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import platform
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from .harness import add_out_argument, load_1min, write_results
 
 DESCRIPTION = "peak memory of synthesize: m posterior data sets of N records on Adult's tree"
 
@@ -55,14 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", nargs="+", default=["list", "iter"], choices=["list", "iter"],
                         help="list: synthesize (all data sets held); iter: iter_synthetic, one "
                              "at a time (what dpgm synth does)")
-    parser.add_argument("--out", type=Path, default=Path("bench-results"),
-                        help="folder for the JSON and CSV results")
+    add_out_argument(parser, "synth_memory-cpu")
 
 
 def main(args: argparse.Namespace) -> int:
     rows = []
     for mode, records in [(m, r) for m in args.modes for r in args.records]:
-        load = os.getloadavg()[0]
+        load = load_1min()
         done = subprocess.run([sys.executable, "-c", CHILD, str(records), str(args.datasets), mode],
                               capture_output=True, text=True, check=True)
         row = json.loads(done.stdout.strip().splitlines()[-1]) | {"load_average": load}
@@ -70,14 +68,9 @@ def main(args: argparse.Namespace) -> int:
               f"({row['before_draw_mb']:.0f} MB before the draw), {row['seconds']:.1f} s, "
               f"load {load:.1f}")
         rows.append(row)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / "synth_memory-cpu"
     meta = {"machine": platform.machine(), "python": platform.python_version(),
             "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    with stem.with_suffix(".csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {stem}.json, {stem}.csv")
+    paths = write_results(args.out, "synth_memory-cpu", {"meta": meta, "rows": rows}, rows,
+                          indent=2)
+    print("wrote " + ", ".join(map(str, paths)))
     return 0

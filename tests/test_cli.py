@@ -39,6 +39,26 @@ def test_bad_input_gives_one_line_errors_and_exit_code_2(tmp_path):
     assert "unknown experiment" in result.output
 
 
+def test_reproduce_lists_every_reproducible_experiment():
+    # a reproduction is a module or a package of experiments/ with run(out, quick=...)
+    import importlib
+    import inspect
+    import pkgutil
+
+    import numpyro_dpgm.experiments as experiments
+    from numpyro_dpgm.cli import EXPERIMENTS
+
+    found = set()
+    for info in pkgutil.iter_modules(experiments.__path__):
+        if info.name.startswith("_"):
+            continue
+        run = getattr(importlib.import_module(f"{experiments.__name__}.{info.name}"), "run", None)
+        if callable(run) and "quick" in inspect.signature(run).parameters:
+            found.add(info.name)
+    assert found == {"bernstein2017", "mckenna2021", "zhang2020"}
+    assert sorted(EXPERIMENTS) == sorted(found)
+
+
 # ------------------------------------------------------------------------------------------------
 # release -> fit -> synth on Titanic
 # ------------------------------------------------------------------------------------------------

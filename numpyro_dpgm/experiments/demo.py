@@ -27,6 +27,7 @@ from ..estimation.prox_pgm import prox_pgm
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from ..privacy import PrivacyLedger, PureDP, release, simulate_release
+from ._common import pyplot
 
 __all__ = ["ADULT_TREE", "run_demo"]
 
@@ -152,10 +153,7 @@ def _replace(path: Path, write: Callable[[Path], Any]) -> None:
 
 def _plots(out: Path, fits: dict[str, Any], summary: dict[str, Any], truth: Any,
            domain: Any) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(fits)
     fig, ax = plt.subplots(figsize=(6.5, 3.6))

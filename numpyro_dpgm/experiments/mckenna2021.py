@@ -35,7 +35,6 @@ the region-graph oracle runs 5 sweeps per call (``ConvexGBPOracle(iters=5)``). T
 
 from __future__ import annotations
 
-import csv
 import itertools
 import math
 import os
@@ -59,6 +58,7 @@ from ..privacy.calibration import analytic_gaussian_delta, gaussian_sigma_approx
 from ..privacy.guarantees import ApproxDP
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.samplers import simulate_noise
+from ._common import pyplot, write_csv
 
 __all__ = ["DELTA", "EXACT_CELL_CAP", "PAPER", "SIGMA_RDP", "adult_cliques", "run"]
 
@@ -151,7 +151,7 @@ def _adult(cfg: dict, verbose: bool, log: Path | None = None) -> tuple[list[dict
                              "seconds": time.perf_counter() - t0,
                              "load_average": os.getloadavg()[0]})
                 if log is not None:
-                    _write_csv(log, rows)
+                    write_csv(log, rows)
                 if verbose:
                     print(f"eps={eps:g} {name} trial {trial}: error {err:.4f} "
                           f"({fit.iterations} it, {rows[-1]['seconds']:.0f}s)", flush=True)
@@ -187,7 +187,7 @@ def _scalability(cfg: dict, verbose: bool, log: Path | None = None) -> list[dict
                          "status": f"not run (time budget {cfg['scal_budget']:g}s spent)",
                          "load_average": os.getloadavg()[0]})
             if log is not None:
-                _write_csv(log, rows)
+                write_csv(log, rows)
             break
         idx = rng.choice(len(triples), m, replace=False)
         cliques = [tuple(f"x{i}" for i in triples[j]) for j in idx]
@@ -225,26 +225,16 @@ def _scalability(cfg: dict, verbose: bool, log: Path | None = None) -> list[dict
             row["load_average"] = os.getloadavg()[0]
             rows.append(row)
             if log is not None:
-                _write_csv(log, rows)
+                write_csv(log, rows)
             if verbose:
                 print(f"m={m} {name}: {row['status']} {row['seconds_per_iteration']:.3g}s/it "
                       f"{row['state_mb']:.3g}MB", flush=True)
     return rows
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def _plots(out: Path, summary: list[dict], scal: list[dict]) -> None:
     """Write ``adult_errors.png`` and ``scalability.png`` for the parts that ran."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     if summary:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -330,8 +320,8 @@ def run(out_dir: str | Path, quick: bool = False, verbose: bool = False,
     scal: list[dict] = []
     if "adult" in cfg["parts"]:
         rows, summary = _adult(cfg, verbose, out / "adult_errors.csv")
-        _write_csv(out / "adult_summary.csv", summary)
-        _write_csv(out / "adult_config.csv", [{
+        write_csv(out / "adult_summary.csv", summary)
+        write_csv(out / "adult_config.csv", [{
             "mode": "quick" if quick else "full",
             "epsilons": " ".join(map(str, cfg["epsilons"])),
             "trials": cfg["trials"], "iters_exact": cfg["iters_exact"],

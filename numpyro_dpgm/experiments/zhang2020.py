@@ -30,7 +30,6 @@ from JAX keys (a simulation study); data sampling uses numpy generators with fix
 
 from __future__ import annotations
 
-import csv
 import itertools
 import math
 import time
@@ -52,6 +51,7 @@ from ..estimation.private_mrf import (
 )
 from ..privacy.conversions import approx_to_zcdp
 from ..privacy.guarantees import ApproxDP
+from ._common import pyplot, write_csv
 
 __all__ = ["DELTA", "ising_cycle", "pairwise_cycle", "run", "sample_exact"]
 
@@ -246,13 +246,6 @@ def _threshold_edges(A_hat: np.ndarray, eta: float) -> frozenset:
 # ------------------------------------------------------------------------------------------------
 # output
 # ------------------------------------------------------------------------------------------------
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def _summary(param_rows: list[dict[str, Any]], struct_rows: list[dict[str, Any]]) -> list[dict]:
     out = []
     groups: dict[tuple, list[dict]] = {}
@@ -303,10 +296,7 @@ def _plain_ticks(ax: Any, values: Sequence[int]) -> None:
 
 
 def _plots(out: Path, summary: list[dict]) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     paths = []
     for study, fname, ylabel in (
@@ -353,10 +343,7 @@ def _plots(out: Path, summary: list[dict]) -> list[Path]:
 
 
 def _dimension_plot(out: Path, rows: list[dict[str, Any]]) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ps = sorted({r["p"] for r in rows})
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
@@ -454,12 +441,12 @@ def run(out_dir: str | Path, quick: bool = False, verbose: bool = True) -> dict[
     files = [out / "ising_error.csv", out / "pairwise_error.csv", out / "structure.csv",
              out / "summary.csv"]
     for path, rows in zip(files, (ising_rows, pair_rows, struct_rows, summary), strict=True):
-        _write_csv(path, rows)
+        write_csv(path, rows)
     files += _plots(out, summary)
     if dimension_ps:
         log("zhang2020: dimension (Table 1)")
         dim_rows = _dimension_study(dimension_ps, dimension_n, 1.0, struct_reps // 2, log)
-        _write_csv(out / "dimension.csv", dim_rows)
+        write_csv(out / "dimension.csv", dim_rows)
         files += [out / "dimension.csv", _dimension_plot(out, dim_rows)]
     elapsed = time.perf_counter() - start
     log(f"zhang2020: wrote {len(files)} files to {out} in {elapsed:.1f} s")

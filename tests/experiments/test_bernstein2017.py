@@ -20,6 +20,7 @@ from numpyro_dpgm import MarkovNetwork, MarkovRandomField
 from numpyro_dpgm.estimation.cgm_em import cgm_em
 from numpyro_dpgm.estimation.naive import default_l2, naive_mle
 from numpyro_dpgm.experiments import bernstein2017 as b17
+from numpyro_dpgm.experiments.bernstein2017 import fits, mobility, models
 from numpyro_dpgm.measurements import Laplace, Measurement
 from numpyro_dpgm.metrics import kl_divergence
 
@@ -63,17 +64,17 @@ def test_batched_estimators_and_kl_match_the_public_ones() -> None:
     # small loopy model (a 4-cycle with a chord) so that compiling stays cheap
     net = MarkovNetwork({"a": 3, "b": 3, "c": 3, "d": 3},
                         [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d"), ("b", "d")])
-    truth = b17._Truth(net, b17.dirichlet_theta(net, np.random.default_rng(3)))
+    truth = models.Truth(net, b17.dirichlet_theta(net, np.random.default_rng(3)))
     x = b17.ExactSampler(truth.model)(2000, np.random.default_rng(4))
     n = np.asarray(net.features(x))
     b = len(net.cliques) / 1.0
     ys = jnp.asarray(n[None] + np.random.default_rng(5).laplace(0, b, (2, net.num_params)))
     total = jnp.asarray(2000.0)
-    th = b17._naive_batch(net, ys, total, jnp.asarray(default_l2(b, 2000)))
-    th_em = b17._em_batch(net, b17._evidence(net), ys, total, jnp.asarray(b))
+    th = fits.naive_batch(net, ys, total, jnp.asarray(default_l2(b, 2000)))
+    th_em = fits.em_batch(net, fits.measurement_evidence(net), ys, total, jnp.asarray(b))
     # the loop of the single-trial program (what the study runs on CPU) gives the same fits
-    loop, _ = b17._fits("loop", b17._naive_batch, b17._naive_single, (net,), ys,
-                        (total, jnp.asarray(default_l2(b, 2000))))
+    loop, _ = fits.cell_fits("loop", fits.naive_batch, fits.naive_single, (net,), ys,
+                             (total, jnp.asarray(default_l2(b, 2000))))
     np.testing.assert_allclose(np.asarray(loop), np.asarray(th), atol=1e-6)
     for y, t, t_em, k in zip(np.asarray(ys), th, th_em, truth.kl(th), strict=True):
         meas = [Measurement(c, y[net.slice_of(c)], Laplace(b)) for c in net.cliques]
@@ -97,7 +98,7 @@ def test_mobility_chain_is_a_normalised_markov_chain() -> None:
     net, tie, w = b17.mobility_chain(steps=4, locations=2)
     bf = BruteForce(net, w[tie])
     assert bf.log_z == pytest.approx(0.0, abs=1e-12)  # π and P are normalised
-    days = b17._simulate_days(w, 3, 4, 50_000, np.random.default_rng(0))
+    days = mobility.simulate_days(w, 3, 4, 50_000, np.random.default_rng(0))
     assert np.all(np.any(days > 0, axis=1))  # never-connected days are not in the log
     # the simulator is the chain conditioned on at least one connection
     keep = np.any(bf.records() > 0, axis=1)

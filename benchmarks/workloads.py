@@ -1,0 +1,192 @@
+"""Workloads shared by the benchmarks: cliques of the bundled Adult data and seed 002's releases.
+
+- :func:`tree_workload` / :func:`three_way_workload`: cliques on Adult's 14 attributes
+  (``numpyro_dpgm.load_demo()``), each with the out-of-model query :data:`QUERY`;
+  :func:`adult_workload` builds either from the data set by name;
+- :func:`seed002_release`: a synthetic model of seed 002 (§4.1; the builders of
+  :mod:`numpyro_dpgm.experiments.bernstein2017`), records drawn from it and their Laplace
+  release.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import networkx as nx
+import numpy as np
+
+__all__ = ["QUERY", "Clique", "Workload", "adult_workload", "mutual_information",
+           "seed002_release", "three_way_workload", "tree_workload"]
+
+#: The out-of-model query of the Adult workloads (no clique of either holds it).
+QUERY = ("age", "fnlwgt", "capital-gain")
+
+Clique = tuple[str, ...]
+
+
+class Workload(NamedTuple):
+    """A named set of cliques with its out-of-model query."""
+
+    name: str
+    description: str
+    cliques: tuple[Clique, ...]
+    query: Clique
+
+
+# ------------------------------------------------------------------------------------------------
+# Adult
+# ------------------------------------------------------------------------------------------------
+def mutual_information(records: np.ndarray, sizes: Sequence[int], i: int, j: int) -> float:
+    """Plug-in mutual information (nats) of columns ``i`` and ``j`` of integer ``records``.
+
+    Parameters
+    ----------
+    records : int array, shape ``(n, d)``
+    sizes : sequence of int
+        Number of values of every column.
+    i, j : int
+        Column indices.
+
+    Returns
+    -------
+    float
+    """
+    flat = records[:, i] * sizes[j] + records[:, j]
+    joint = np.bincount(flat, minlength=sizes[i] * sizes[j]).reshape(sizes[i], sizes[j])
+    p = joint / joint.sum()
+    outer = p.sum(1, keepdims=True) * p.sum(0, keepdims=True)
+    nz = p > 0
+    return float(np.sum(p[nz] * np.log(p[nz] / outer[nz])))
+
+
+def tree_workload(records: np.ndarray, attrs: Sequence[str], sizes: Sequence[int]) -> Workload:
+    """14 one-way + (spanning tree + 2) two-way marginals chosen by mutual information.
+
+    Parameters
+    ----------
+    records : int array, shape ``(n, d)``
+        Codes in domain order.
+    attrs : sequence of str
+        Attribute names in domain order.
+    sizes : sequence of int
+        Their numbers of values.
+
+    Returns
+    -------
+    Workload
+    """
+    pairs = list(itertools.combinations(range(len(attrs)), 2))
+    mi = {(i, j): mutual_information(records, sizes, i, j) for i, j in pairs}
+    graph = nx.Graph()
+    graph.add_nodes_from(range(len(attrs)))
+    graph.add_weighted_edges_from((i, j, w) for (i, j), w in mi.items())
+    tree = {tuple(sorted(e)) for e in nx.maximum_spanning_tree(graph, algorithm="kruskal").edges}
+    rest = sorted((p for p in pairs if p not in tree), key=lambda p: (-mi[p], p))
+    chosen = sorted(tree, key=lambda p: (-mi[p], p)) + rest[:2]
+    cliques = tuple((a,) for a in attrs) + tuple((attrs[i], attrs[j]) for i, j in chosen)
+    return Workload(
+        "tree",
+        f"{len(attrs)} one-way + {len(chosen)} two-way marginals: the maximum spanning tree of "
+        "pairwise empirical mutual information plus the 2 highest-MI pairs outside it",
+        cliques,
+        QUERY,
+    )
+
+
+def three_way_workload(attrs: Sequence[str]) -> Workload:
+    """The triples of consecutive attributes in domain order.
+
+    Parameters
+    ----------
+    attrs : sequence of str
+        Attribute names in domain order.
+
+    Returns
+    -------
+    Workload
+    """
+    cliques = tuple(tuple(attrs[i : i + 3]) for i in range(len(attrs) - 2))
+    return Workload(
+        "3way",
+        f"{len(cliques)} three-way marginals (a_i, a_i+1, a_i+2) of consecutive attributes in "
+        "domain order",
+        cliques,
+        QUERY,
+    )
+
+
+def adult_workload(name: str, dataset: Any) -> Workload:
+    """The workload ``name`` (``"tree"`` or ``"3way"``) on a data set's attributes.
+
+    Parameters
+    ----------
+    name : str
+        ``"tree"`` (:func:`tree_workload` of its records) or ``"3way"``
+        (:func:`three_way_workload`).
+    dataset : numpyro_dpgm.Dataset
+        Usually ``numpyro_dpgm.load_demo()``.
+
+    Returns
+    -------
+    Workload
+
+    Raises
+    ------
+    ValueError
+        For another name.
+    """
+    attrs = dataset.domain.attrs
+    if name == "tree":
+        return tree_workload(dataset.to_array(), attrs, dataset.domain.shape)
+    if name == "3way":
+        return three_way_workload(attrs)
+    raise ValueError(f"unknown workload {name!r}; choose from ['tree', '3way']")
+
+
+# ------------------------------------------------------------------------------------------------
+# Seed 002's synthetic models
+# ------------------------------------------------------------------------------------------------
+def seed002_release(model: str, values: int, seed: int, n: int,
+                    epsilon: float) -> tuple[Any, Any, list, float]:
+    """A synthetic model of seed 002, ``n`` records from it and the Laplace release of its edges.
+
+    The network has 10 nodes of ``values`` values on the edges of
+    :func:`~numpyro_dpgm.experiments.bernstein2017.model_edges` (``"chain3"`` or ``"er"``), its
+    log-potentials are ``log w``, ``w ~ Dirichlet(1)`` per edge (generator ``seed``); the
+    records come from ``MarkovRandomField.sample`` (key ``seed``) and every edge table is
+    released at ``epsilon`` (add/remove neighbours, the JAX simulation sampler, key
+    ``1000 + seed``), with Laplace scale ``b = |E|/ε``.
+
+    Parameters
+    ----------
+    model : str
+        ``"chain3"`` or ``"er"``.
+    values : int
+        Values per node.
+    seed : int
+        Seed of the log-potentials, the records and (plus 1000) the noise.
+    n : int
+        Records.
+    epsilon : float
+        The release's ε.
+
+    Returns
+    -------
+    (MarkovNetwork, MarkovRandomField, list of Measurement, float)
+        The network, the true model, the release and its Laplace scale ``b``.
+    """
+    import jax
+
+    from numpyro_dpgm import MarkovRandomField
+    from numpyro_dpgm.experiments.bernstein2017 import dirichlet_theta, synthetic_network
+    from numpyro_dpgm.privacy import simulate_release
+
+    net = synthetic_network(model, values)
+    edges = list(net.cliques)
+    truth = MarkovRandomField(net, dirichlet_theta(net, np.random.default_rng(seed)))
+    records = np.asarray(truth.sample(jax.random.key(seed), (n,)))
+    meas = simulate_release(records, edges, epsilon, jax.random.key(1000 + seed),
+                            domain=net.domain)
+    return net, truth, meas, len(edges) / epsilon
