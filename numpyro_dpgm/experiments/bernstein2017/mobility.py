@@ -152,8 +152,8 @@ def mobility_grid(sizes: Sequence[int], epsilons: Sequence[float], populations: 
                     rows.append({**cell, "method": "cgm_em", "heldout_ll": held_out(th_em),
                                  "seconds": time.perf_counter() - t0, "status": "ok"})
                     try:
-                        res = psgd(train, net, eps, key=jax.random.fold_in(key, 1), tie=tie,
-                                   **psgd_options)
+                        res = psgd(train, net, budget=eps, rng_key=jax.random.fold_in(key, 1),
+                                   tie=tie, **psgd_options)
                         rows.append({**cell, "method": "psgd",
                                      "heldout_ll": held_out(res.theta), "seconds": res.elapsed,
                                      "status": f"sigma={res.extras['noise_multiplier']:.4g}"})

@@ -89,7 +89,7 @@ def synthetic_grid(kind: str, k: int, sizes: Sequence[int], epsilons: Sequence[f
             for i, j in [(i, j) for i, j in trials if j < psgd_replicates]:
                 pkey = jax.random.key(label_seed(kind, k, n, eps, i, j, "psgd"))
                 try:
-                    res = psgd(pops[i], net, eps, key=pkey, **psgd_options)
+                    res = psgd(pops[i], net, budget=eps, rng_key=pkey, **psgd_options)
                 except UnreachableEpsilonError as err:
                     rows.append({**cell, "method": "psgd", "population": i, "replicate": j,
                                  "kl": math.nan, "seconds": math.nan,
