@@ -20,6 +20,7 @@ values and independent of the rest, and that is how they are sampled, with an
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -389,10 +390,7 @@ def synthesize(
     >>> len(sets), sets[0].shape
     (5, (100, 2))
     """
-    frames = iter_synthetic(source, num_records, num_datasets, rng_key=rng_key,
-                            categories=categories, columns=columns, network=network, site=site,
-                            drop_unmodelled=drop_unmodelled)
-    out = list(frames)
+    out = list(_whole_datasets(_chunks(_plan(locals()))))
     return out[0] if _is_point(source) and num_datasets == 1 else out
 
 
@@ -418,10 +416,11 @@ class _Plan(NamedTuple):
     total: Any
 
 
-def _plan(source: Any, num_records: int | None, num_datasets: int, rng_key: Any,
-          categories: Any, columns: Sequence[str] | None, network: MarkovNetwork | None,
-          site: str, drop_unmodelled: bool) -> _Plan:
-    """Every check of :func:`synthesize`'s arguments, and the model of each data set."""
+def _plan(arguments: Mapping[str, Any]) -> _Plan:
+    """Every check of :func:`synthesize`'s arguments (by name), and the model of each data
+    set."""
+    (source, num_records, num_datasets, rng_key, categories, columns, network, site,
+     drop_unmodelled) = (arguments[name] for name in _ARGUMENTS)
     num_datasets = _check_count(num_datasets, "num_datasets")
     key = _key(rng_key)
     source = _unwrap(source)
@@ -467,18 +466,7 @@ def _plan(source: Any, num_records: int | None, num_datasets: int, rng_key: Any,
 
 
 @renamed_keywords({"rng": "rng_key"})
-def iter_synthetic(
-    source: Any,
-    num_records: int | None,
-    num_datasets: int = 1,
-    *,
-    rng_key: Any,
-    categories: Any = None,
-    columns: Sequence[str] | None = None,
-    network: MarkovNetwork | None = None,
-    site: str = "theta",
-    drop_unmodelled: bool = False,
-) -> Iterator[pd.DataFrame]:
+def iter_synthetic(*args: Any, **kwargs: Any) -> Iterator[pd.DataFrame]:
     """The data sets of :func:`synthesize`, one at a time (same arguments).
 
     Data set ``j`` is drawn when it is asked for, so a caller that writes each one before asking
@@ -486,9 +474,7 @@ def iter_synthetic(
     the first data set is drawn. For memory independent of the number of records too, take the
     records chunk by chunk: :func:`iter_synthetic_chunks`.
     """
-    plan = _plan(source, num_records, num_datasets, rng_key, categories, columns, network, site,
-                 drop_unmodelled)
-    return _whole_datasets(_chunks(plan))
+    return _whole_datasets(_chunks(_plan(_bind(args, kwargs))))
 
 
 def _whole_datasets(chunks: Iterator[SyntheticChunk]) -> Iterator[pd.DataFrame]:
@@ -503,18 +489,7 @@ def _whole_datasets(chunks: Iterator[SyntheticChunk]) -> Iterator[pd.DataFrame]:
 
 
 @renamed_keywords({"rng": "rng_key"})
-def iter_synthetic_chunks(
-    source: Any,
-    num_records: int | None,
-    num_datasets: int = 1,
-    *,
-    rng_key: Any,
-    categories: Any = None,
-    columns: Sequence[str] | None = None,
-    network: MarkovNetwork | None = None,
-    site: str = "theta",
-    drop_unmodelled: bool = False,
-) -> Iterator[SyntheticChunk]:
+def iter_synthetic_chunks(*args: Any, **kwargs: Any) -> Iterator[SyntheticChunk]:
     """The records of :func:`synthesize` in chunks of at most :data:`SAMPLE_CHUNK` records.
 
     Same arguments and the same records as :func:`synthesize`: concatenating the chunks of data
@@ -533,9 +508,7 @@ def iter_synthetic_chunks(
     ...  for c in iter_synthetic_chunks(point, 100_000, rng_key=0)]
     [(0, 0, 65536, False), (0, 65536, 34464, True)]
     """
-    plan = _plan(source, num_records, num_datasets, rng_key, categories, columns, network, site,
-                 drop_unmodelled)
-    return _chunks(plan)
+    return _chunks(_plan(_bind(args, kwargs)))
 
 
 def _chunks(plan: _Plan) -> Iterator[SyntheticChunk]:
@@ -548,3 +521,24 @@ def _chunks(plan: _Plan) -> Iterator[SyntheticChunk]:
             if start:
                 frame.index = pd.RangeIndex(start, start + size)
             yield SyntheticChunk(j, start, frame, start + size == plan.num_records)
+
+
+#: The arguments of :func:`synthesize`, in order.
+_ARGUMENTS = ("source", "num_records", "num_datasets", "rng_key", "categories", "columns",
+              "network", "site", "drop_unmodelled")
+
+
+def _bind(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """``args`` and ``kwargs`` read as :func:`synthesize` reads them."""
+    try:
+        bound = inspect.signature(synthesize).bind(*args, **kwargs)
+    except TypeError as err:
+        raise TypeError(f"{err} (the arguments are those of synthesize)") from None
+    bound.apply_defaults()
+    return bound.arguments
+
+
+for _fn, _returns in ((iter_synthetic, Iterator[pd.DataFrame]),
+                      (iter_synthetic_chunks, Iterator[SyntheticChunk])):
+    _fn.__signature__ = inspect.signature(synthesize).replace(  # type: ignore[attr-defined]
+        return_annotation=_returns)

@@ -259,10 +259,10 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
                                                      rng_key=KEY, domain=2),
      ValueError, "must be a positive finite number"),
     ("frank-wolfe-labels-shape", lambda: private_frank_wolfe(np.zeros((10, 3)), np.ones(9), 1.0,
-                                                             radius=1.0, key=KEY),
+                                                             radius=1.0, rng_key=KEY),
      ValueError, r"labels must have shape \(10,\), got \(9,\)"),
     ("frank-wolfe-labels", lambda: private_frank_wolfe(np.zeros((10, 3)), np.zeros(10), 1.0,
-                                                       radius=1.0, key=KEY),
+                                                       radius=1.0, rng_key=KEY),
      ValueError, "labels must be −1 or \\+1"),
     # junction-tree oracle
     ("oracle-theta-shape", lambda: jt.log_partition(NET, jnp.zeros(4)), ValueError,

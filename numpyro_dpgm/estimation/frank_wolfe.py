@@ -57,6 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._deprecation import renamed_key
 from .._precision import warn_if_float32
 from ..privacy.conversions import approx_to_zcdp
 from ..privacy.guarantees import ZCDP, ApproxDP, PureDP
@@ -396,13 +397,14 @@ def check_iterations(iterations: Any) -> int:
     return int(iterations)
 
 
+@renamed_key
 def private_frank_wolfe(
     features: Any,
     labels: Any,
     privacy: float | ZCDP | ApproxDP | None,
     *,
     radius: float,
-    key: jax.Array | None = None,
+    rng_key: jax.Array | None = None,
     iterations: int | None = None,
     noise_multiplier: NoiseMultiplier = "rigorous",
     sample_weights: Any = None,
@@ -423,7 +425,7 @@ def private_frank_wolfe(
         Lemma 2.13); ``None`` runs the non-private Frank–Wolfe (``b = 0``).
     radius : float
         ``r`` of the constraint ``‖w‖_1 ≤ r``.
-    key : jax.Array
+    rng_key : jax.Array
         PRNG key of the Laplace draws (required unless ``privacy`` is ``None``); see the module
         notes on simulation noise.
     iterations : int, optional
@@ -481,10 +483,11 @@ def private_frank_wolfe(
         if ledger is not None:
             raise ValueError("a non-private run (privacy=None) must not be given a ledger")
         b, spent = 0.0, 0.0
-        key = jax.random.key(0) if key is None else key
+        key = jax.random.key(0) if rng_key is None else rng_key
     else:
-        if key is None:
-            raise ValueError("a private run needs a PRNG key for its noise (key=...)")
+        if rng_key is None:
+            raise ValueError("a private run needs a PRNG key for its noise (rng_key=...)")
+        key = rng_key
         b = fw_noise_scale(r, n, rho, T, c)
         spent = fw_zcdp_cost(rho, c)
         if ledger is not None:

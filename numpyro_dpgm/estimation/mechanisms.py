@@ -385,7 +385,7 @@ def mwem_pgm(
         n_cand.append(len(candidates))
         measurements += release_tables(
             {choice: true_tables[choice]}, meas_budget, domain=dom, mechanism=mechanism,
-            neighbours=neighbours, rng=k_noise, ledger=ledger, sampler="jax",
+            neighbours=neighbours, rng_key=k_noise, ledger=ledger, sampler="jax",
             label=f"MWEM round {r + 1}: {mechanism} measurement of {choice}",
         )
         if frozenset(choice) not in {frozenset(c) for c in model_cliques}:

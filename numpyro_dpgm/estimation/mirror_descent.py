@@ -273,20 +273,9 @@ def _start(
     return _loop(oracle, loss_fn, state, data, total, limit, tol, window, num_l1)
 
 
-@partial(jax.jit, static_argnames=("oracle", "loss_fn", "window", "num_l1"))
-def _resume(
-    oracle: MarginalOracle,
-    loss_fn: MarginalLoss,
-    state: ProxPGMState,
-    data: Any,
-    total: Array,
-    limit: Array,
-    tol: Array,
-    window: int,
-    num_l1: int,
-) -> ProxPGMState:
-    """Continue the iterations of ``state`` until ``t == limit`` or convergence."""
-    return _loop(oracle, loss_fn, state, data, total, limit, tol, window, num_l1)
+#: Continue the iterations of a state until ``t == limit`` or convergence (:func:`_loop`,
+#: compiled on its own).
+_resume = jax.jit(_loop, static_argnames=("oracle", "loss_fn", "window", "num_l1"))
 
 
 def mirror_descent(

@@ -108,7 +108,7 @@ def test_noise_law_of_one_step(multiplier):
     n, rho = 100, 0.02
     x = np.ones((n, 1))
     y = np.array([1.0] * 55 + [-1.0] * 45)  # mean(y) = 0.1, g(0) = −0.05
-    res = private_frank_wolfe(x, y, rho, radius=1.0, iterations=2, key=jax.random.key(7),
+    res = private_frank_wolfe(x, y, rho, radius=1.0, iterations=2, rng_key=jax.random.key(7),
                               noise_multiplier=multiplier)
     c = fw.NOISE_MULTIPLIERS[multiplier]
     b = c * 1.0 * math.sqrt(2) / (n * math.sqrt(rho))
@@ -158,7 +158,7 @@ def test_iterates_stay_feasible_and_nonprivate_fw_converges():
     assert excess < 2e-3  # in practice far below the worst-case rate
 
     # a private run is also feasible and sparse
-    priv = private_frank_wolfe(x, y, 0.01, radius=RADIUS, key=jax.random.key(0), iterations=300)
+    priv = private_frank_wolfe(x, y, 0.01, radius=RADIUS, rng_key=jax.random.key(0), iterations=300)
     ws = iterates_from_selections(priv.selections, x.shape[1], RADIUS)
     assert max(np.abs(w).sum() for w in ws) <= RADIUS + 1e-9
     np.testing.assert_allclose(ws[-1], priv.weights, atol=1e-12)
@@ -175,7 +175,7 @@ def test_converges_to_nonprivate_optimum_as_rho_grows():
     excess = {}
     for rho in (0.01, 1.0, 100.0, 1e8):
         runs = [
-            private_frank_wolfe(x, y, rho, radius=RADIUS, iterations=T, key=jax.random.key(s))
+            private_frank_wolfe(x, y, rho, radius=RADIUS, iterations=T, rng_key=jax.random.key(s))
             for s in range(3)
         ]
         excess[rho] = float(np.mean([loss(r.weights, x, y) for r in runs])) - best
@@ -195,7 +195,7 @@ def test_excess_risk_shrinks_with_n_and_rho():
         ex = []
         for seed in range(3):
             x, y = logistic_data(n, seed=100 + seed)
-            res = private_frank_wolfe(x, y, rho, radius=RADIUS, key=jax.random.key(seed))
+            res = private_frank_wolfe(x, y, rho, radius=RADIUS, rng_key=jax.random.key(seed))
             assert res.iterations == fw.default_iterations(RADIUS, n, rho)
             e = loss(res.weights, x, y) - reference_minimum(x, y, RADIUS)
             # Cor. 3.4 with constant 1 (~10–30× above the measured excess)
@@ -212,7 +212,7 @@ def test_excess_risk_shrinks_with_n_and_rho():
 def test_ledger_is_debited_with_the_constant_used():
     x, y = logistic_data(1000, seed=0)  # the shape of the A3 runs: no new compilation
     ledger = PrivacyLedger(ZCDP(1.0))
-    res = private_frank_wolfe(x, y, 0.25, radius=1.0, key=jax.random.key(0), ledger=ledger)
+    res = private_frank_wolfe(x, y, 0.25, radius=1.0, rng_key=jax.random.key(0), ledger=ledger)
     assert res.rho_spent == pytest.approx(0.25)
     (entry,) = ledger.history
     assert entry.charge == pytest.approx(0.25)
@@ -220,7 +220,7 @@ def test_ledger_is_debited_with_the_constant_used():
     assert entry.details["iterations"] == res.iterations
     assert entry.details["noise_scale"] == pytest.approx(res.noise_scale)
     # the paper's constant is charged what it really costs (8ρ)
-    res = private_frank_wolfe(x, y, 0.05, radius=1.0, key=jax.random.key(0), ledger=ledger,
+    res = private_frank_wolfe(x, y, 0.05, radius=1.0, rng_key=jax.random.key(0), ledger=ledger,
                               noise_multiplier="paper")
     assert res.rho_spent == pytest.approx(0.4)
     assert ledger.history[-1].details["noise_multiplier"] == 1.0
@@ -236,16 +236,16 @@ def test_ledger_refuses_before_any_computation(monkeypatch):
 
     monkeypatch.setattr(fw, "run_frank_wolfe_batch", boom)
     with pytest.raises(BudgetExceededError):
-        private_frank_wolfe(x, y, 0.6, radius=1.0, key=jax.random.key(0), ledger=ledger)
+        private_frank_wolfe(x, y, 0.6, radius=1.0, rng_key=jax.random.key(0), ledger=ledger)
     with pytest.raises(BudgetExceededError):  # paper constant: 8 × 0.1 > 0.5
-        private_frank_wolfe(x, y, 0.1, radius=1.0, key=jax.random.key(0), ledger=ledger,
+        private_frank_wolfe(x, y, 0.1, radius=1.0, rng_key=jax.random.key(0), ledger=ledger,
                             noise_multiplier="paper")
     assert ledger.history == ()
 
 
 def test_approximate_dp_target_is_converted():
     x, y = logistic_data(1000, seed=1)
-    res = private_frank_wolfe(x, y, ApproxDP(1.0, 1e-6), radius=1.0, key=jax.random.key(0))
+    res = private_frank_wolfe(x, y, ApproxDP(1.0, 1e-6), radius=1.0, rng_key=jax.random.key(0))
     assert res.rho == pytest.approx(approx_to_zcdp(1.0, 1e-6))
 
 
@@ -265,7 +265,7 @@ def test_approximate_dp_target_is_converted():
 def test_bad_privacy(privacy, match):
     x, y = logistic_data(50, seed=0)
     with pytest.raises((ValueError, TypeError), match=match):
-        private_frank_wolfe(x, y, privacy, radius=1.0, key=jax.random.key(0))
+        private_frank_wolfe(x, y, privacy, radius=1.0, rng_key=jax.random.key(0))
 
 
 def test_bad_epsilon_delta():
@@ -279,18 +279,18 @@ def test_bad_inputs():
     x, y = logistic_data(50, seed=0)
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="‖x‖_∞ ≤ 1"):
-        private_frank_wolfe(2 * x, y, 1.0, radius=1.0, key=key)
+        private_frank_wolfe(2 * x, y, 1.0, radius=1.0, rng_key=key)
     with pytest.raises(ValueError, match="labels"):
-        private_frank_wolfe(x, (y + 1) / 2, 1.0, radius=1.0, key=key)
+        private_frank_wolfe(x, (y + 1) / 2, 1.0, radius=1.0, rng_key=key)
     with pytest.raises(ValueError, match="radius"):
-        private_frank_wolfe(x, y, 1.0, radius=0.0, key=key)
+        private_frank_wolfe(x, y, 1.0, radius=0.0, rng_key=key)
     with pytest.raises(ValueError, match="at least 2"):
-        private_frank_wolfe(x, y, 1.0, radius=1.0, key=key, iterations=1)
+        private_frank_wolfe(x, y, 1.0, radius=1.0, rng_key=key, iterations=1)
     with pytest.raises(ValueError, match="key"):
         private_frank_wolfe(x, y, 1.0, radius=1.0)
     with pytest.raises(ValueError, match="noise_multiplier"):
-        private_frank_wolfe(x, y, 1.0, radius=1.0, key=key, noise_multiplier="loose")
+        private_frank_wolfe(x, y, 1.0, radius=1.0, rng_key=key, noise_multiplier="loose")
     with pytest.raises(ValueError, match="ledger"):
         private_frank_wolfe(x, y, None, radius=1.0, ledger=PrivacyLedger(ZCDP(1.0)))
     with pytest.raises(ValueError, match="shape"):
-        private_frank_wolfe(x, y[:-1], 1.0, radius=1.0, key=key)
+        private_frank_wolfe(x, y[:-1], 1.0, radius=1.0, rng_key=key)

@@ -398,7 +398,7 @@ def test_d4_pmw():
     z = sample_ising(A_TRUE, THETA0, 20_000, seed=7)
     queries = [S for s in (1, 2) for S in itertools.combinations(range(P), s)]
     ledger = PrivacyLedger(ZCDP(1.0))
-    res = pmw_parities(z, queries, 1.0, alpha=0.05, key=jax.random.key(3), ledger=ledger)
+    res = pmw_parities(z, queries, 1.0, alpha=0.05, rng_key=jax.random.key(3), ledger=ledger)
     emp = parity_means(z, queries)
     assert max(abs(res.parities[S] - emp[S]) for S in queries) <= 0.1
     assert res.hard_rounds <= res.max_hard_rounds == len(queries)
@@ -406,10 +406,10 @@ def test_d4_pmw():
     assert res.noise_scale == pytest.approx(1 / (20_000 * res.epsilon0))
     assert ledger.spent == pytest.approx(1.0)
     # the cap on hard rounds is fixed before the data are seen and is never exceeded
-    capped = pmw_parities(z, queries, 1.0, alpha=0.05, key=jax.random.key(3), max_hard_rounds=3)
+    capped = pmw_parities(z, queries, 1.0, alpha=0.05, rng_key=jax.random.key(3), max_hard_rounds=3)
     assert capped.hard_rounds == 3 and capped.epsilon0 == pytest.approx(math.sqrt(1 / 24))
     # with almost no budget the answers stay at the uniform distribution's (≈ 0)
-    tiny = pmw_parities(z, queries, 1e-6, alpha=0.05, key=jax.random.key(3))
+    tiny = pmw_parities(z, queries, 1e-6, alpha=0.05, rng_key=jax.random.key(3))
     assert np.median([abs(v) for v in tiny.parities.values()]) < 0.05
 
 
@@ -515,11 +515,11 @@ def test_input_errors():
     with pytest.raises(ValueError, match="zCDP"):
         learn_twise(z, budget=ApproxDP(1.0, 1e-6), order=2, width=1.0, rng_key=key)
     with pytest.raises(ValueError, match="±1"):
-        pmw_parities((1 - z) // 2, [(0,)], 1.0, key=key)
+        pmw_parities((1 - z) // 2, [(0,)], 1.0, rng_key=key)
     with pytest.raises(ValueError, match="non-empty"):
-        pmw_parities(z, [()], 1.0, key=key)
+        pmw_parities(z, [()], 1.0, rng_key=key)
     with pytest.raises(ValueError, match="alpha"):
-        pmw_parities(z, [(0,)], 1.0, key=key, alpha=0.0)
+        pmw_parities(z, [(0,)], 1.0, rng_key=key, alpha=0.0)
 
 
 def test_all_spin_enumeration_matches_library():

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._deprecation import renamed_key
 from ...privacy.guarantees import ZCDP, ApproxDP
 from ...privacy.ledger import PrivacyLedger
 from ..frank_wolfe import resolve_privacy
@@ -116,13 +117,14 @@ def _check_queries(queries: Sequence[Sequence[int]], p: int) -> list[Monomial]:
     return out
 
 
+@renamed_key
 def pmw_parities(
     spins: Any,
     queries: Sequence[Sequence[int]],
     privacy: float | ZCDP,
     *,
     alpha: float = 0.05,
-    key: jax.Array,
+    rng_key: jax.Array,
     max_hard_rounds: int | None = None,
     ledger: PrivacyLedger | None = None,
 ) -> PMWResult:
@@ -149,7 +151,7 @@ def pmw_parities(
         ρ.
     alpha : float
         Accuracy target ``α`` on the 0/1 scale (``α/2`` on the ±1 scale is ``α``).
-    key : jax.Array
+    rng_key : jax.Array
         PRNG key (simulation noise).
     max_hard_rounds : int, optional
         ``K``; default ``min(⌈35 p ln 2/α²⌉, |Q|)``.
@@ -207,7 +209,7 @@ def pmw_parities(
         jnp.asarray(a, dtype),
         jnp.asarray(b, dtype),
         jnp.asarray(K, jnp.int32),
-        key,
+        rng_key,
     )
     answers = np.asarray(answers)
     return PMWResult(

@@ -303,7 +303,7 @@ def learn_twise(
                 S: float(v) for S, v in zip(queries, means, strict=True)
             }
         elif parity_release == "pmw":
-            pmw = pmw_parities(par_rows, queries, rho2, alpha=pmw_alpha, key=k_par)
+            pmw = pmw_parities(par_rows, queries, rho2, alpha=pmw_alpha, rng_key=k_par)
             parities = pmw.parities
             extras["pmw"] = pmw
         else:
