@@ -28,7 +28,7 @@ import jax, numpyro
 numpyro.enable_x64()
 from numpyro_dpgm import MarkovNetwork, MarkovRandomField, load_demo, synthesize
 from numpyro_dpgm.experiments.demo import ADULT_TREE
-from numpyro_dpgm.synthesis import iter_synthetic
+from numpyro_dpgm.synthesis import iter_synthetic, iter_synthetic_chunks
 records, datasets, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 domain = load_demo("adult").domain
 net = MarkovNetwork(domain, list(ADULT_TREE) + [(a,) for a in domain.attrs])
@@ -38,8 +38,11 @@ start = time.perf_counter()
 model = MarkovRandomField(net, theta)
 if mode == "list":  # synthesize: every data set held at once
     rows = sum(len(s) for s in synthesize(model, records, num_datasets=datasets, rng_key=1))
-else:  # iter_synthetic, each data set dropped before the next (as dpgm synth writes them)
+elif mode == "iter":  # iter_synthetic, each data set dropped before the next
     rows = sum(len(s) for s in iter_synthetic(model, records, num_datasets=datasets, rng_key=1))
+else:  # iter_synthetic_chunks, each chunk dropped before the next (as dpgm synth writes them)
+    rows = sum(len(c.frame) for c in iter_synthetic_chunks(model, records, num_datasets=datasets,
+                                                           rng_key=1))
 seconds = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"mode": mode, "records": records, "datasets": datasets, "rows": rows,
@@ -48,12 +51,14 @@ print(json.dumps({"mode": mode, "records": records, "datasets": datasets, "rows"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--records", type=int, nargs="+", default=[48_842, 250_000],
-                        help="records per data set (default: Adult's size and 250,000)")
+    parser.add_argument("--records", type=int, nargs="+", default=[48_842, 250_000, 1_000_000],
+                        help="records per data set (default: Adult's size, 250,000 and 10⁶)")
     parser.add_argument("--datasets", type=int, default=10, help="data sets m (default 10)")
-    parser.add_argument("--modes", nargs="+", default=["list", "iter"], choices=["list", "iter"],
+    parser.add_argument("--modes", nargs="+", default=["list", "iter", "chunks"],
+                        choices=["list", "iter", "chunks"],
                         help="list: synthesize (all data sets held); iter: iter_synthetic, one "
-                             "at a time (what dpgm synth does)")
+                             "data set at a time; chunks: iter_synthetic_chunks, one chunk of "
+                             "records at a time (what dpgm synth does)")
     add_out_argument(parser, "synth_memory-cpu")
 
 

@@ -576,3 +576,34 @@ def test_synthesize_marks_data_sets_with_the_release_size() -> None:
     # a point estimate does not know N: nothing is claimed
     point = synthesize(MarkovRandomField(QUIET_NET, jnp.zeros(12)), 30, rng_key=0)
     assert "total_count" not in point.attrs
+
+
+def test_a_fit_warns_about_cliques_with_more_cells_than_records() -> None:
+    from numpyro_dpgm import Laplace, Measurement, naive_mle
+    from numpyro_dpgm.privacy import SparseTableWarning
+
+    domain = Domain({"a": 10, "b": 10, "c": 2})
+    sparse = [Measurement(("a", "b"), np.full(100, 0.5), Laplace(1.0)),
+              Measurement(("c",), np.array([25.0, 25.0]), Laplace(1.0))]
+    with pytest.warns(SparseTableWarning, match=r"clique \('a', 'b'\) has 100 cells, 2× the 50"):
+        naive_mle(sparse, domain)
+    dense = [Measurement(("a", "b"), np.full(100, 5.0), Laplace(1.0))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparseTableWarning)
+        naive_mle(dense, domain, total_count=500.0)  # 100 cells, 500 records: no warning
+
+
+def test_exact_inference_refuses_a_tree_larger_than_the_machine(monkeypatch) -> None:
+    from numpyro_dpgm.inference import memory
+    from numpyro_dpgm.inference.triangulation import build_junction_tree
+
+    net = MarkovNetwork({"a": 10, "b": 10, "c": 10}, [("a", "b"), ("b", "c")])
+    tree = build_junction_tree(net)
+    # 200 clique cells + separators of 10 cells (b) and 1 (the root's, empty), 4 float64 copies
+    assert memory.oracle_bytes(tree) == 4 * 8 * 211
+    monkeypatch.setattr(memory, "physical_memory", lambda: 6_000)
+    with pytest.raises(memory.JunctionTreeTooLargeError,
+                       match=r"200 cells .* needs about .* more than this machine's"):
+        memory.check_memory(tree)
+    monkeypatch.setattr(memory, "physical_memory", lambda: 7_000)
+    memory.check_memory(tree)  # fits

@@ -31,6 +31,7 @@ parameters that followed it, and the keywords ``network``, ``key``, ``rng``, ``i
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import warnings
@@ -42,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._deprecation import old_spellings
+from .._warnings import warn_sparse_tables
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Domain
 from ..measurements import Measurement, estimate_total
@@ -87,11 +89,34 @@ def estimator(name: str, legacy_positional: Sequence[str] = ("total_count",),
     """
 
     def decorate(fn: Callable) -> Callable:
-        wrapper = old_spellings(fn, 2, legacy_positional, dict(RENAMED, **(renamed or {})))
+        wrapper = old_spellings(_sparse_tables_warned(fn), 2, legacy_positional,
+                                dict(RENAMED, **(renamed or {})))
         ESTIMATORS[name] = wrapper
         return wrapper
 
     return decorate
+
+
+def _sparse_tables_warned(fn: Callable) -> Callable:
+    """``fn`` that first warns (:class:`~numpyro_dpgm._warnings.SparseTableWarning`) about each
+    clique of the model with more cells than the records ``N`` (given, or estimated from the
+    measurements): its cells are mostly empty and the fit there is mostly noise."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        measurements = args[0] if args else kwargs.get("measurements")
+        target = args[1] if len(args) > 1 else kwargs.get("network_or_domain")
+        try:
+            network, checked = resolve_network(target, measurements)
+            total, _ = resolve_total(kwargs.get("total_count"), checked)
+        except (TypeError, ValueError, KeyError):
+            pass  # bad input: the estimator says what is wrong
+        else:
+            warn_sparse_tables({c: network.domain.size(c) for c in network.cliques}, total,
+                               "the model's clique")
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 #: Keywords of the previous release of the learners from records and their contract names.

@@ -7,7 +7,9 @@ error names the clique, its cells and bytes, and points to the approximate oracl
 is :data:`DEFAULT_MAX_CLIQUE_BYTES` (1 GiB, 134,217,728 cells), overridden by the environment
 variable ``NUMPYRO_DPGM_MAX_CLIQUE_BYTES`` (bytes, read at each check) or, within a block, by
 :func:`clique_memory_cap`; :func:`check_memory` applies it to a tree (with an explicit cap as an
-argument).
+argument). It also refuses (:class:`JunctionTreeTooLargeError`) a tree whose tables together,
+:data:`WORKING_COPIES` float64 copies of each (:func:`oracle_bytes`), would not fit in the
+machine's physical memory.
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ from .triangulation import JunctionTree
 __all__ = [
     "DEFAULT_MAX_CLIQUE_BYTES",
     "MAX_CLIQUE_BYTES_ENV",
+    "WORKING_COPIES",
     "CliqueTooLargeError",
+    "JunctionTreeTooLargeError",
     "check_memory",
     "clique_memory_cap",
     "max_clique_bytes",
+    "oracle_bytes",
+    "physical_memory",
 ]
 
 # ------------------------------------------------------------------------------------------------
@@ -41,8 +47,32 @@ _CAP_OVERRIDE: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 _ITEMSIZE = 8  # float64
 
 
+#: Float64 copies of the junction tree's tables that a fit holds at once, an estimate: the
+#: log-potentials, the beliefs, the messages, and the residuals that differentiation keeps.
+WORKING_COPIES = 4
+
+
 class CliqueTooLargeError(MemoryError):
     """A junction-tree clique would exceed the exact oracle's memory cap."""
+
+
+class JunctionTreeTooLargeError(CliqueTooLargeError):
+    """The junction tree's tables together would need more memory than the machine has."""
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory of this machine, or ``None`` where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def oracle_bytes(tree: JunctionTree) -> int:
+    """Estimated bytes the exact oracle holds for ``tree``: :data:`WORKING_COPIES` float64 copies
+    of every clique and separator table."""
+    cells = tree.num_cells + sum(tree.domain.size(s) for s in tree.separators)
+    return WORKING_COPIES * _ITEMSIZE * cells
 
 
 def _positive_bytes(value: Any, where: str) -> int:
@@ -90,7 +120,8 @@ def _gib(num_bytes: float) -> str:
 
 
 def check_memory(tree: JunctionTree, max_bytes: int | None = None) -> None:
-    """Refuse a junction tree whose largest clique table would exceed ``max_bytes``.
+    """Refuse a junction tree whose largest clique table would exceed ``max_bytes``, or whose
+    tables together (:func:`oracle_bytes`) would exceed the machine's physical memory.
 
     Parameters
     ----------
@@ -102,6 +133,8 @@ def check_memory(tree: JunctionTree, max_bytes: int | None = None) -> None:
     ------
     CliqueTooLargeError
         Naming the largest clique, its cells and bytes, the cap, and the approximate oracle.
+    JunctionTreeTooLargeError
+        Naming the tree's cells, the estimated bytes, the machine's memory and the remedies.
     """
     cap = max_clique_bytes() if max_bytes is None else _positive_bytes(max_bytes, "max_bytes")
     if not tree.cliques:
@@ -116,5 +149,12 @@ def check_memory(tree: JunctionTree, max_bytes: int | None = None) -> None:
             "prox_pgm(..., oracle='convex_gbp'), or raise the cap with "
             f"${MAX_CLIQUE_BYTES_ENV} or inference.memory.clique_memory_cap(bytes)"
         )
-
-
+    need, physical = oracle_bytes(tree), physical_memory()
+    if physical is not None and need > physical:
+        raise JunctionTreeTooLargeError(
+            f"the junction tree's {len(tree.cliques)} cliques hold {tree.num_cells:,} cells "
+            f"(largest {big}, {cells:,}); exact inference needs about {_gib(need)} "
+            f"({WORKING_COPIES} float64 copies of every table), more than this machine's "
+            f"{_gib(physical)}; use the approximate oracle, e.g. prox_pgm(..., "
+            "oracle='convex_gbp'), or measure smaller cliques (coarsen an attribute)"
+        )

@@ -20,7 +20,6 @@ arguments are validated and before any noise is drawn; a release that would over
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -29,9 +28,10 @@ import numpy as np
 import pandas as pd
 
 from .._deprecation import renamed_key, renamed_keywords
-from .._warnings import warn
+from .._warnings import SparseTableWarning, warn_sparse_tables
 from ..data import Dataset, count
 from ..domain import Clique, Domain
+from ..inference.memory import physical_memory
 from ..measurements import (
     DiscreteGaussian,
     DiscreteLaplace,
@@ -82,11 +82,6 @@ DEFAULT_MAX_CELLS = 20_000_000
 _BYTES_PER_CELL = 64
 
 
-class SparseTableWarning(UserWarning):
-    """A released table has more cells than the data have records: most cells are empty and
-    the noise dominates them; coarsening an attribute usually gives a more useful release."""
-
-
 def check_release_size(cliques: Sequence[Clique], domain: Domain,
                        num_records: int | None = None,
                        max_cells: float = DEFAULT_MAX_CELLS) -> int:
@@ -119,7 +114,7 @@ def check_release_size(cliques: Sequence[Clique], domain: Domain,
     total = sum(sizes.values())
     largest = max(sizes, key=sizes.get) if sizes else None
     need = total * _BYTES_PER_CELL
-    physical = _physical_memory()
+    physical = physical_memory()
     if total > max_cells or (physical is not None and need > physical):
         where = (f"above max_cells = {max_cells:,.0f}" if total > max_cells else
                  f"more than this machine's {physical / 2**30:.1f} GiB")
@@ -129,21 +124,8 @@ def check_release_size(cliques: Sequence[Clique], domain: Domain,
             "tables (coarsen an attribute, or split the clique into overlapping smaller ones)"
             + (", or raise max_cells" if total > max_cells else ""))
     if num_records is not None:
-        for c, cells in sizes.items():
-            if cells > num_records:
-                warn(
-                    f"clique {c} has {cells:,} cells, {cells / max(num_records, 1):.3g}× the "
-                    f"{num_records:,} records: most of its cells are empty and the noise "
-                    "dominates them; coarsening an attribute usually gives a more useful "
-                    "release", SparseTableWarning)
+        warn_sparse_tables(sizes, num_records, "clique")
     return total
-
-
-def _physical_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 # --------------------------------------------------------------------------------------------
