@@ -431,7 +431,7 @@ def test_release_above_max_cells_is_refused_before_the_ledger_pays(records):
 
 def test_release_beyond_the_machine_is_refused(monkeypatch):
     # a 100-byte machine; the release needs 12 cells × 64 bytes
-    monkeypatch.setattr(release_module, "_physical_memory", lambda: 100)
+    monkeypatch.setattr(release_module, "physical_memory", lambda: 100)
     with pytest.raises(ValueError, match=r"more than this machine's"):
         release_module.check_release_size(CLIQUES, DOMAIN)
 
