@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -80,7 +81,7 @@ from .contract import (
     total_extras,
 )
 from .losses import build_terms, check_measurements, lipschitz_bound, measurement_loss
-from .mirror_descent import ARMIJO_C, MarginalLoss, ProxPGMState, mirror_descent
+from .mirror_descent import ARMIJO_C, METHODS, MarginalLoss, ProxPGMState, mirror_descent
 from .naive import fit_mle
 from .result import Result
 
@@ -89,6 +90,7 @@ __all__ = [
     "ORACLES",
     "ExactOracle",
     "MarginalOracle",
+    "ProxPGMConvergenceWarning",
     "ProxPGMState",
     "answer_queries",
     "estimate_total",
@@ -97,6 +99,29 @@ __all__ = [
 ]
 
 Array = Any
+
+#: Default stopping tolerance (relative decrease of the loss over ``window`` iterations).
+DEFAULT_TOL = 1e-10
+
+
+class ProxPGMConvergenceWarning(UserWarning):
+    """A Prox-PGM fit reached its iteration limit before its stopping rule fired."""
+
+
+def _warn_not_converged(max_iters: int, trace: Any, window: int) -> None:
+    """Say loudly that the fit stopped short, by how much it still moved, and what to do."""
+    t = len(trace) - 1
+    back = max(0, t - window)
+    moved = float(trace[back] - trace[t])
+    warnings.warn(
+        f"prox_pgm stopped at the iteration limit (max_iters={max_iters}) before converging: "
+        f"the loss still fell by {moved:.3g} over the last {t - back} iterations (final loss "
+        f"{float(trace[t]):.6g}). The fit may be far from the optimum; raise max_iters or "
+        "continue from this fit with init=fit.model (pass tol=0 to run a fixed number of "
+        "iterations without this warning).",
+        ProxPGMConvergenceWarning,
+        stacklevel=4,
+    )
 
 
 def _max_entropy_model(
@@ -131,9 +156,10 @@ def prox_pgm(
     max_iters: int = 1000,
     callback: Callable[[int, float], None] | None = None,
     oracle: str | MarginalOracle | Callable[[MarkovNetwork], MarginalOracle] = "exact",
-    loss: str | Callable[[CliqueTables], Array] = "auto",
+    loss: str | Callable[[CliqueTables], Array] = "l2",
+    method: str = "auto",
     step_size: float | None = None,
-    tol: float = 1e-12,
+    tol: float = DEFAULT_TOL,
     window: int = 10,
     callback_every: int = 100,
 ) -> Result:
@@ -269,6 +295,8 @@ def prox_pgm(
         raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
     if not isinstance(callback_every, int | np.integer) or callback_every < 1:
         raise ValueError(f"callback_every must be a positive integer, got {callback_every!r}")
+    if method not in ("auto", *METHODS):
+        raise ValueError(f"unknown method {method!r}; use 'auto', 'accelerated' or 'md'")
 
     # -- total -------------------------------------------------------------------------------
     total, estimated = resolve_total(total_count, measurements)
@@ -280,6 +308,8 @@ def prox_pgm(
     if custom is not None:
         data = ()
     the_oracle = resolve_oracle(oracle, network)
+    scheme = method if method != "auto" else (
+        "accelerated" if isinstance(the_oracle, ExactOracle) else "md")
     dtype = jnp.result_type(float)
     theta0 = resolve_init(init, network)
     theta0 = (jnp.zeros(network.num_params, dtype=dtype) if theta0 is None
@@ -298,10 +328,13 @@ def prox_pgm(
         alpha0 = None  # from the curvature at the start, inside the compiled program
 
     # -- iterate (in blocks when reporting progress) ------------------------------------------
-    state = mirror_descent(
+    state, trace, objective_trace = mirror_descent(
         the_oracle, loss_fn, theta0, data, total, iters=iters, alpha=alpha0, num_l1=num_l1,
-        tol=tol, window=window, callback=callback, callback_every=callback_every,
+        tol=tol, window=window, method=scheme, callback=callback, callback_every=callback_every,
     )
+    converged = bool(state.converged)
+    if not converged and tol > 0:
+        _warn_not_converged(iters, trace, window)
 
     t = int(state.t)
     theta, model_fit = state.theta, "oracle"
@@ -315,7 +348,9 @@ def prox_pgm(
         "step_size": float(state.alpha),
         "initial_step_size": float(state.initial_alpha),
         "rejected_steps": int(state.rejected),
-        "objective_trace": state.objective_trace[: t + 1],
+        "objective_trace": jnp.asarray(objective_trace),
+        "method": scheme,
+        "restarts": int(state.restarts),
         "smoothing": float(state.smooth),
         "loss_kinds": tuple(term.kind for term in terms) if custom is None else ("custom",),
         "oracle": the_oracle,
@@ -324,9 +359,9 @@ def prox_pgm(
     }
     return Result(
         model=model,
-        loss_trace=state.trace[: t + 1],
+        loss_trace=jnp.asarray(trace),
         iterations=t,
-        converged=bool(state.converged),
+        converged=converged,
         elapsed=time.perf_counter() - start,
         extras=extras,
     )
