@@ -24,7 +24,17 @@ Losses (the negative log-likelihood of the noise, up to constants; §3 below Pro
   measurement by measurement;
 * a callable ``loss(marginals) -> scalar`` of the count-scale clique tables (any convex ``L``).
 
-Step sizes follow Private-PGM's Armijo rule: start from ``α₀ = 2/(L_∇·N)`` with ``L_∇`` the
+The default is ``"l2"`` for every noise (its variance weights the terms; Private-PGM's default
+too): on Adult's tree workload with Laplace noise, 1,000 iterations of the L1 path left the
+released marginals at 2.2× the error of the L2 fit (ε = 1), and with almost no noise the L1
+path's steps, scaled by ``b``, barely moved (a 9-attribute forest at ε = 1000 stayed at 0.83
+mean L1 while the noisy tables were at 0.0000).
+
+The iteration scheme (``method``) is, by default with the exact oracle, the accelerated
+Bregman gradient method with function restart of
+:mod:`~numpyro_dpgm.estimation.mirror_descent` (each iteration one oracle call; the fit
+returned is the best oracle point), and plain mirror descent (``"md"``, Algorithm 1) with an
+approximate oracle. Plain mirror descent: Private-PGM's Armijo rule: start from ``α₀ = 2/(L_∇·N)`` with ``L_∇`` the
 Lipschitz constant of ``∇L``, accept a trial step when it gives sufficient decrease
 ``f(μ) − f(μ') ≥ ½⟨∇f(μ), μ − μ'⟩`` (then ``α ← 1.01α``), otherwise reject it and halve ``α``.
 The objective is therefore non-increasing.
@@ -70,7 +80,7 @@ from ..inference import junction_tree as jt
 from ..inference.oracles import ORACLES, ExactOracle, MarginalOracle, resolve_oracle
 from ..measurements import Measurement, estimate_total
 from ..network import MarkovNetwork
-from ..tables import CliqueTables
+from ..tables import CliqueTables, project_table
 from .contract import (
     check_attributes,
     check_max_iters,
@@ -142,6 +152,58 @@ def _max_entropy_model(
     return fit.model.theta, "max_entropy"
 
 
+def noisy_start(network: MarkovNetwork, measurements: Sequence[Measurement],
+                total: float) -> np.ndarray | None:
+    """A start ``θ₀`` built from the noisy tables themselves (``None`` when none applies).
+
+    Every network clique released whole (identity queries on exactly its attributes) gets
+    ``log`` of its inverse-variance-averaged table, clipped below at the noise's standard
+    deviation and normalised; an attribute shared by ``k > 1`` such cliques has ``(k − 1)``
+    copies of the log of its one-way table subtracted, which makes ``p_θ₀`` the closed-form fit
+    of a tree of pairwise tables (``Π p_C / Π p_S``) and a close start otherwise. ``θ₀`` lies in
+    the span of the released cliques' features, so the fit's limit is unchanged (the
+    maximum-entropy solution); only the way there is shorter, which matters when the noise is
+    small and the optimum is far from uniform.
+    """
+    sets = [frozenset(c) for c in network.cliques]
+    sums: dict[int, np.ndarray] = {}
+    weights: dict[int, float] = {}
+    for m in measurements:
+        if m.query is not None or frozenset(m.clique) not in sets:
+            continue
+        slot = sets.index(frozenset(m.clique))
+        clique = network.cliques[slot]
+        table = np.asarray(project_table(
+            np.asarray(m.values, dtype=float).reshape(network.domain.shape_of(m.clique)),
+            tuple(m.clique), clique))
+        w = 1.0 / m.noise.variance
+        sums[slot] = sums.get(slot, 0.0) + w * table
+        weights[slot] = weights.get(slot, 0.0) + w
+    if not sums:
+        return None
+    theta = np.zeros(network.num_params)
+    logs: dict[int, np.ndarray] = {}
+    for slot, acc in sums.items():
+        floor = max(math.sqrt(1.0 / weights[slot]), 1e-12 * total)
+        table = np.maximum(acc / weights[slot], floor)
+        logs[slot] = np.log(table / table.sum())
+        theta[network.slice_of(network.cliques[slot])] = logs[slot].ravel()
+    holders: dict[str, list[int]] = {}
+    for slot in sorted(logs):
+        for a in network.cliques[slot]:
+            holders.setdefault(a, []).append(slot)
+    for a, slots in holders.items():
+        if len(slots) < 2:
+            continue
+        first = network.cliques[slots[0]]
+        one_way = np.exp(np.asarray(project_table(logs[slots[0]], first, (a,), log=True)))
+        shape = [network.domain[v] if v == a else 1 for v in first]
+        block = theta[network.slice_of(first)].reshape(network.domain.shape_of(first))
+        block = block - (len(slots) - 1) * np.log(one_way).reshape(shape)
+        theta[network.slice_of(first)] = block.ravel()
+    return theta
+
+
 # ------------------------------------------------------------------------------------------------
 # Public entry point
 # ------------------------------------------------------------------------------------------------
@@ -186,7 +248,9 @@ def prox_pgm(
         Accepted for the estimators' common contract and ignored (Prox-PGM is deterministic).
     init : MarkovRandomField or array, optional
         Warm start: log-potentials in the network's layout (or a model over the same network),
-        e.g. a previous fit's ``model``. ``None``: ``θ = 0``, the uniform distribution.
+        e.g. a previous fit's ``model``. ``None``: :func:`noisy_start` (the noisy tables of the
+        cliques released whole; same optimum, shorter path), or ``θ = 0`` (the uniform
+        distribution) when no clique is released whole or the loss is a callable.
     max_iters : int
         Maximum number of mirror-descent iterations (each costs one oracle call).
     callback : callable ``(iteration, loss) -> None``, optional
@@ -196,13 +260,18 @@ def prox_pgm(
     oracle : "exact", MarginalOracle, or callable network -> MarginalOracle
         The marginal oracle. ``"exact"`` is the junction tree (:class:`ExactOracle`). An
         approximate oracle with a warm-startable state (e.g. Convex-GBP) makes this APPGM.
-    loss : "auto", "l2", "l1" or callable
-        ``"l2"``: ``Σ_M ½‖(Q_Mμ_{C_M} − y_M)/σ_M‖²`` with ``σ_M²`` the noise variance;
+    loss : "l2", "auto", "l1" or callable
+        ``"l2"`` (default): ``Σ_M ½‖(Q_Mμ_{C_M} − y_M)/σ_M‖²`` with ``σ_M²`` the noise
+        variance;
         ``"l1"``: ``Σ_M ‖Q_Mμ_{C_M} − y_M‖₁/b_M`` with ``b_M`` the Laplace scale (``σ_M`` for
         Gaussian noise); ``"auto"``: L1 for Laplace-family and L2 for Gaussian-family noise,
         per measurement (the noise's negative log-likelihood). A callable receives the
         count-scale marginals of the network's cliques (:class:`CliqueTables`) and returns a
         scalar convex loss; it must be traceable by JAX.
+    method : "auto", "accelerated" or "md"
+        The iteration scheme: ``"accelerated"`` (accelerated Bregman gradient with line search
+        and function restart), ``"md"`` (Algorithm 1 with Armijo steps); ``"auto"`` takes
+        ``"accelerated"`` with the exact oracle and ``"md"`` otherwise.
     step_size : float, optional
         Initial step ``α₀``. Default ``2/(L_∇·N)`` with ``L_∇`` the bound of the Lipschitz
         constant of ``∇L`` over the measurements (exact for identity queries); for a callable
@@ -227,13 +296,15 @@ def prox_pgm(
         distribution with those marginals.
         ``loss_trace``: ``L`` after ``0..iterations`` iterations (non-increasing for smooth
         losses; see the module notes for L1).
-        ``converged``: whether the stopping rule fired before ``max_iters``. ``extras``:
+        ``converged``: whether the stopping rule fired before ``max_iters``; when it did not
+        (and ``tol > 0``) a :class:`ProxPGMConvergenceWarning` names the remedy. ``extras``:
         ``total_count`` (the ``N`` used), ``total_count_estimated`` (bool), ``marginals`` (the
         oracle's count-scale clique marginals at ``θ̂``, :class:`CliqueTables`), ``log_partition``,
         ``step_size`` (final ``α``), ``initial_step_size``, ``rejected_steps``,
         ``objective_trace`` (the smoothed objective; equal to ``loss_trace`` without L1 terms),
         ``smoothing`` (final ``s``), ``loss_kinds`` (per measurement), ``oracle``,
-        ``oracle_state`` and ``model_fit`` (``"oracle"`` or ``"max_entropy"``).
+        ``oracle_state``, ``model_fit`` (``"oracle"`` or ``"max_entropy"``), ``method`` (the
+        scheme used) and ``restarts`` (momentum restarts of the accelerated scheme).
 
     Raises
     ------
@@ -312,8 +383,10 @@ def prox_pgm(
         "accelerated" if isinstance(the_oracle, ExactOracle) else "md")
     dtype = jnp.result_type(float)
     theta0 = resolve_init(init, network)
+    if theta0 is None and custom is None:
+        theta0 = noisy_start(network, measurements, total)
     theta0 = (jnp.zeros(network.num_params, dtype=dtype) if theta0 is None
-              else theta0.astype(dtype))
+              else jnp.asarray(theta0, dtype=dtype))
 
     num_l1 = sum(int(d.values.size) for term, d in zip(terms, data, strict=False)
                  if term.kind == "l1") if custom is None else 0
