@@ -35,8 +35,8 @@ Bregman gradient method with function restart of
 :mod:`~numpyro_dpgm.estimation.mirror_descent` (each iteration one oracle call; the fit
 returned is the best oracle point), and plain mirror descent (``"md"``, Algorithm 1) with an
 approximate oracle. Plain mirror descent follows Private-PGM's Armijo rule: start from
-``α₀ = 2/(L_∇·N)`` with ``L_∇`` the Lipschitz constant of ``∇L``, accept a trial step when it gives sufficient decrease
-``f(μ) − f(μ') ≥ ½⟨∇f(μ), μ − μ'⟩`` (then ``α ← 1.01α``), otherwise reject it and halve ``α``.
+``α₀ = 2/(L_∇·N)`` with ``L_∇`` the Lipschitz constant of ``∇L``, accept a trial step when it
+gives sufficient decrease ``f(μ) − f(μ') ≥ ½⟨∇f(μ), μ − μ'⟩`` (then ``α ← 1.01α``), otherwise reject it and halve ``α``.
 The objective is therefore non-increasing.
 
 The L1 loss is not differentiable where a residual vanishes, which is where its minimisers
