@@ -36,8 +36,8 @@ Bregman gradient method with function restart of
 returned is the best oracle point), and plain mirror descent (``"md"``, Algorithm 1) with an
 approximate oracle. Plain mirror descent follows Private-PGM's Armijo rule: start from
 ``α₀ = 2/(L_∇·N)`` with ``L_∇`` the Lipschitz constant of ``∇L``, accept a trial step when it
-gives sufficient decrease ``f(μ) − f(μ') ≥ ½⟨∇f(μ), μ − μ'⟩`` (then ``α ← 1.01α``), otherwise reject it and halve ``α``.
-The objective is therefore non-increasing.
+gives sufficient decrease ``f(μ) − f(μ') ≥ ½⟨∇f(μ), μ − μ'⟩`` (then ``α ← 1.01α``), otherwise
+reject it and halve ``α``. The objective is therefore non-increasing (with either scheme).
 
 The L1 loss is not differentiable where a residual vanishes, which is where its minimisers
 sit, and a subgradient step with this line search stalls there (on a 3-attribute chain the loss
