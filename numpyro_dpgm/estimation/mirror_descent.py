@@ -1,11 +1,37 @@
-"""The mirror-descent loop of Prox-PGM: its state, its objective and its compiled iterations.
+"""The iterations of Prox-PGM: entropic mirror descent and its accelerated form, compiled once.
 
-Entropic mirror descent in natural-parameter space, ``θ ← θ − α∇L(μ(θ))`` (seed 003,
-Algorithm 1), with Private-PGM's Armijo step sizes and, for L1 terms, Huber smoothing by
-continuation; :mod:`numpyro_dpgm.estimation.prox_pgm` sets out the rules and builds the inputs.
-The marginal oracle (:class:`~numpyro_dpgm.inference.oracles.MarginalOracle`) and the objective
-(:class:`MarginalLoss`) are static data of one compiled program; :func:`mirror_descent` runs it,
-in blocks between progress callbacks, and returns the final :class:`ProxPGMState`.
+Both minimise a convex loss ``L`` of the count-scale marginals over ``N·M`` through the marginal
+oracle ``u ↦ N·μ(u)`` (seed 003, Problem 1); :mod:`numpyro_dpgm.estimation.prox_pgm` sets out
+the rules and builds the inputs.
+
+* ``"md"``: Algorithm 1 of seed 003, ``θ ← θ − α∇L(μ(θ))``, with Private-PGM's Armijo step sizes
+  (accept when ``f(μ) − f(μ') ≥ c·⟨∇f(μ), μ − μ'⟩``, then ``α ← 1.01α``; else halve ``α``).
+* ``"accelerated"``: Tseng's accelerated Bregman gradient method (the "universal" form with a
+  line search, Nesterov 2015; mbi's ``UniversalAcceleratedMethod`` is the same family) with the
+  mirror map of the marginal polytope, ``h(μ) = N·A*(μ/N)``: with ``a`` the momentum weight,
+
+  .. math:: y = (1−a)x + a z,\\quad u ← u − (α/a)∇L(y),\\quad z = N·μ(u),\\quad
+     \\hat x = (1−a)x + a z,
+
+  a trial is accepted when ``L(x̂) ≤ L(y) + ⟨∇L(y), x̂ − y⟩ + (a²/α)·D_h(z, z_prev)``, the
+  inequality the O(1/k²) proof needs (Hanzely, Richtárik & Xiao 2021, "triangle scaling"
+  exponent 2); ``D_h(z, z') = N·KL(p_u ‖ p_u')`` is exact from the oracle's ``log Z``. ``α``
+  grows by 1.1 after an acceptance and halves after a rejection, and ``a`` solves
+  ``a²/α = (1 − a)a_prev²/α_prev``. ``x`` is the best of ``x̂``, ``z`` and the previous ``x``
+  (monotone, as in Beck & Teboulle's MFISTA); when neither new point improves on ``x`` the
+  momentum restarts (``a = 1``; O'Donoghue & Candès' function restart), which makes the method
+  linearly convergent where ``L`` is strongly convex on the polytope. ``x`` is a convex
+  combination of marginals, not a model's, so the fit returned is the best oracle point ``z``
+  (its ``u`` is the model); the rule stops only when that point is as good as ``x`` too.
+
+With L1 terms the objective is their Huber smoothing, by continuation (see prox_pgm). Stopping
+rule: a stage ends when the monitored objective (``md``: the iterate's, ``accelerated``: ``x``'s)
+decreased by at most ``tol·max(1, |f|)`` over the last ``window`` iterations.
+
+One compiled program per structure: the oracle, the loss's structure, ``window``, ``num_l1``
+and the method are static; values, totals, starting points, iteration limits and tolerances
+are traced. The loop runs in blocks of :data:`BLOCK` iterations (fixed trace buffers), so the
+iteration limit never changes a shape.
 """
 
 from __future__ import annotations
@@ -18,20 +44,28 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..inference.oracles import MarginalOracle
 from ..network import MarkovNetwork
 from ..tables import CliqueTables
 from .losses import LossTerm, terms_loss
 
-__all__ = ["ARMIJO_C", "MarginalLoss", "ProxPGMState", "mirror_descent"]
+__all__ = ["ARMIJO_C", "BLOCK", "METHODS", "MarginalLoss", "ProxPGMState", "mirror_descent"]
 
 Array = Any
 
 #: Sufficient-decrease constant of the Armijo test ``L(μ) − L(μ') ≥ c·⟨∇L(μ), μ − μ'⟩``.
 ARMIJO_C = 0.5
-#: Step-size growth after an accepted step and shrink factor after a rejected one.
-_GROW, _SHRINK = 1.01, 0.5
+#: Step-size growth after an accepted step (mirror descent, accelerated) and shrink factor.
+_GROW, _GROW_ACC, _SHRINK = 1.01, 1.1, 0.5
+#: Iterations per compiled block (the length of its trace buffers).
+BLOCK = 256
+#: The iteration schemes.
+METHODS = ("accelerated", "md")
+#: Smoothing level of the L1 terms at the start (``δ_M = b_M``), its reduction factor per stage,
+#: and the fraction of the smoothing gap below which a stage counts as solved.
+_SMOOTH0, _SMOOTH_SHRINK, _STAGE_FRACTION = 1.0, 0.5, 1e-6
 
 
 class ProxPGMState(NamedTuple):
@@ -39,30 +73,30 @@ class ProxPGMState(NamedTuple):
 
     Attributes
     ----------
-    theta : array ``(num_params,)``
-        Current log-potentials.
-    mu : array ``(num_params,)``
-        Count-scale (pseudo-)marginals ``N·μ(θ)`` of the network's cliques.
-    log_z : scalar
-        Log-partition function at ``theta`` (as given by the oracle).
-    objective, grad :
-        The loss being minimised (L1 terms smoothed at level ``smooth``) and its gradient.
-    loss : scalar
-        The exact loss ``L(mu)``.
-    alpha, initial_alpha : scalars
-        Current and initial step size.
+    theta, mu, log_z, oracle_state :
+        The fit: log-potentials, their count-scale (pseudo-)marginals ``N·μ(θ)``, log-partition
+        and oracle state (``md``: the iterate; ``accelerated``: the best oracle point so far).
+    objective, loss :
+        The objective being minimised (L1 terms smoothed at level ``smooth``) and the exact
+        loss at ``mu``.
+    grad :
+        ``md``: the objective's gradient at ``mu``.
+    alpha, alpha_prev, initial_alpha : scalars
+        Current, previous accepted and initial step size.
     smooth : scalar
         Huber smoothing level of the L1 terms (``δ_M = smooth·b_M``; 0 without L1 terms).
     stage_start : int
         Iteration at which ``smooth`` last changed.
-    oracle_state : pytree
-        The oracle's warm-start state matching ``theta``.
-    t : int
-        Iterations done.
-    rejected : int
-        Rejected trial steps so far.
-    trace, objective_trace : arrays ``(iters + 1,)``
-        ``loss`` and ``objective`` after ``0..t`` iterations (NaN beyond ``t``).
+    u, z, z_log_z, z_state :
+        ``accelerated``: the current oracle point (log-potentials, marginals, log Z, state).
+    x, fx :
+        ``accelerated``: the averaged point and its objective (``md``: unused).
+    momentum : scalar
+        ``accelerated``: the previous weight ``a`` (negative: restart).
+    recent : array ``(window,)``
+        The monitored objective over the last ``window`` iterations (a ring).
+    t, rejected, restarts : int
+        Iterations (oracle calls) done, rejected trials, momentum restarts.
     converged : bool
         Whether the stopping rule has fired.
     """
@@ -70,18 +104,26 @@ class ProxPGMState(NamedTuple):
     theta: Array
     mu: Array
     log_z: Array
+    oracle_state: Any
     objective: Array
-    grad: Array
     loss: Array
+    grad: Array
     alpha: Array
+    alpha_prev: Array
     initial_alpha: Array
     smooth: Array
     stage_start: Array
-    oracle_state: Any
+    u: Array
+    z: Array
+    z_log_z: Array
+    z_state: Any
+    x: Array
+    fx: Array
+    momentum: Array
+    recent: Array
     t: Array
     rejected: Array
-    trace: Array
-    objective_trace: Array
+    restarts: Array
     converged: Array
 
 
@@ -99,141 +141,17 @@ class MarginalLoss:
         return jnp.asarray(self.custom(self.network.unflatten(mu)))
 
 
-#: Smoothing level of the L1 terms at the start (``δ_M = b_M``), its reduction factor per stage,
-#: and the fraction of the smoothing gap below which a stage counts as solved.
-_SMOOTH0, _SMOOTH_SHRINK, _STAGE_FRACTION = 1.0, 0.5, 1e-6
-
-
-def _init_state(
-    oracle: MarginalOracle,
-    loss_fn: MarginalLoss,
-    theta: Array,
-    oracle_state: Any,
-    data: Any,
-    total: Array,
-    smooth: Array,
-    trace: Array,
-) -> ProxPGMState:
-    """The state at ``theta`` (one oracle call); ``alpha`` is set by the caller."""
-    p, log_z, oracle_state = oracle(theta, oracle_state)
-    mu = total * p
-    objective, grad = jax.value_and_grad(loss_fn)(mu, data, smooth)
-    loss = loss_fn(mu, data, jnp.zeros_like(smooth))
-    zero = jnp.zeros((), dtype=jnp.int32)
-    return ProxPGMState(
-        theta=theta, mu=mu, log_z=log_z, objective=objective, grad=grad, loss=loss,
-        alpha=jnp.ones_like(smooth), initial_alpha=jnp.ones_like(smooth), smooth=smooth,
-        stage_start=zero, oracle_state=oracle_state,
-        t=zero, rejected=zero, trace=trace.at[0].set(loss),
-        objective_trace=trace.at[0].set(objective), converged=jnp.zeros((), dtype=bool),
-    )
-
-
-def _loop(
-    oracle: MarginalOracle,
-    loss_fn: MarginalLoss,
-    state: ProxPGMState,
-    data: Any,
-    total: Array,
-    limit: Array,
-    tol: Array,
-    window: int,
-    num_l1: int,
-) -> ProxPGMState:
-    """Mirror-descent iterations with Armijo backtracking until ``t == limit`` or convergence.
-
-    One iteration: trial ``θ' = θ − α∇``, one oracle call, accept if
-    ``f(μ) − f(μ') ≥ c·⟨∇f(μ), μ − μ'⟩`` (then ``α ← 1.01α``), else keep ``θ`` and halve ``α``.
-    A stage (fixed smoothing level) ends when ``f`` decreased by at most ``thr`` over ``window``
-    iterations; ``thr = tol·max(1, |f|)``, raised to a fraction of the smoothing gap
-    ``smooth·num_l1/2`` while that gap is not yet below ``tol·max(1, |L|)``; then the level is
-    halved (so is ``α``, the curvature doubling), or, at the last level, the loop stops.
-    """
-
-    def cond(s: ProxPGMState) -> Array:
-        return (s.t < limit) & ~s.converged
-
-    def body(s: ProxPGMState) -> ProxPGMState:
-        theta_new = s.theta - s.alpha * s.grad
-        p_new, log_z_new, ostate_new = oracle(theta_new, s.oracle_state)
-        mu_new = total * p_new
-        obj_new, grad_new = jax.value_and_grad(loss_fn)(mu_new, data, s.smooth)
-        predicted = jnp.vdot(s.grad, s.mu - mu_new)  # ≥ 0: ∇A is monotone
-        accept = (
-            jnp.isfinite(obj_new)
-            & (obj_new <= s.objective)
-            & (s.objective - obj_new >= ARMIJO_C * predicted)
-        )
-
-        def pick(new: Any, old: Any) -> Any:
-            return jax.tree.map(lambda a, b: jnp.where(accept, a, b), new, old)
-
-        theta, mu, log_z, ostate = pick(
-            (theta_new, mu_new, log_z_new, ostate_new), (s.theta, s.mu, s.log_z, s.oracle_state)
-        )
-        objective = jnp.where(accept, obj_new, s.objective)
-        grad = pick(grad_new, s.grad)
-        alpha = jnp.where(accept, _GROW * s.alpha, _SHRINK * s.alpha)
-        t = s.t + 1
-        obj_trace = s.objective_trace.at[t].set(objective)
-        past = obj_trace[jnp.maximum(t - window, s.stage_start)]
-        if num_l1 == 0:  # smooth objective: it is the loss, no continuation
-            loss = objective
-            stalled = (t - s.stage_start >= window) & (
-                past - objective <= tol * jnp.maximum(1.0, jnp.abs(objective)))
-            final, switch, smooth = jnp.ones((), dtype=bool), jnp.zeros((), dtype=bool), s.smooth
-        else:
-            loss = jnp.where(accept, loss_fn(mu_new, data, jnp.zeros_like(s.smooth)), s.loss)
-            scale = jnp.maximum(1.0, jnp.abs(loss))
-            gap = 0.5 * s.smooth * num_l1
-            final = gap <= tol * scale
-            thr = jnp.where(final, tol * jnp.maximum(1.0, jnp.abs(objective)),
-                            jnp.maximum(tol * scale, _STAGE_FRACTION * gap))
-            stalled = (t - s.stage_start >= window) & (past - objective <= thr)
-            switch = stalled & ~final
-            smooth = jnp.where(switch, _SMOOTH_SHRINK * s.smooth, s.smooth)
-            obj_sw, grad_sw = jax.value_and_grad(loss_fn)(mu, data, smooth)
-            objective = jnp.where(switch, obj_sw, objective)
-            grad = jnp.where(switch, grad_sw, grad)
-            alpha = jnp.where(switch, _SMOOTH_SHRINK * alpha, alpha)
-        return ProxPGMState(
-            theta=theta,
-            mu=mu,
-            log_z=log_z,
-            objective=objective,
-            grad=grad,
-            loss=loss,
-            alpha=alpha,
-            initial_alpha=s.initial_alpha,
-            smooth=smooth,
-            stage_start=jnp.where(switch, t, s.stage_start),
-            oracle_state=ostate,
-            t=t,
-            rejected=s.rejected + (~accept).astype(s.rejected.dtype),
-            trace=s.trace.at[t].set(loss),
-            objective_trace=obj_trace.at[t].set(objective),
-            converged=stalled & final,
-        )
-
-    return jax.lax.while_loop(cond, body, state)
-
-
-def _buffer_length(iters: int) -> int:
-    """Length of the trace buffers: ``iters + 1`` rounded up to a power of two (at least 64),
-    so that calls with nearby iteration limits share one compiled program."""
-    return max(64, 1 << int(iters).bit_length())
-
-
-def _initial_step(loss_fn: MarginalLoss, state: ProxPGMState, data: Any, total: Array) -> Array:
-    """``2/(λ·N)`` with ``λ`` the largest Hessian eigenvalue of the loss at the start.
+def _initial_step(loss_fn: MarginalLoss, mu: Array, grad: Array, data: Any,
+                  total: Array) -> Array:
+    """``2/(λ·N)`` with ``λ`` the largest Hessian eigenvalue of the loss at ``mu``.
 
     Power iteration (30 Hessian-vector products by forward-over-reverse autodiff). For a loss
     with no curvature there, ``1/(N·max|∇L|)`` (a first step that moves ``θ`` by at most 1).
     """
-    zero = jnp.zeros((), dtype=state.mu.dtype)
+    zero = jnp.zeros((), dtype=mu.dtype)
 
     def hvp(v: Array) -> Array:
-        return jax.jvp(lambda m: jax.grad(loss_fn)(m, data, zero), (state.mu,), (v,))[1]
+        return jax.jvp(lambda m: jax.grad(loss_fn)(m, data, zero), (mu,), (v,))[1]
 
     def power(_: int, carry: tuple[Array, Array]) -> tuple[Array, Array]:
         v, _est = carry
@@ -241,41 +159,161 @@ def _initial_step(loss_fn: MarginalLoss, state: ProxPGMState, data: Any, total: 
         est = jnp.linalg.norm(hv)
         return jnp.where(est > 0, hv / est, v), est
 
-    v0 = jnp.ones_like(state.mu) / math.sqrt(state.mu.size)
+    v0 = jnp.ones_like(mu) / math.sqrt(mu.size)
     _, curv = jax.lax.fori_loop(0, 30, power, (v0, zero))
-    flat = 1.0 / (total * jnp.maximum(jnp.max(jnp.abs(state.grad)), 1e-300))
+    flat = 1.0 / (total * jnp.maximum(jnp.max(jnp.abs(grad)), 1e-300))
     ok = jnp.isfinite(curv) & (curv > 0)
     return jnp.where(ok, 2.0 / (jnp.where(ok, curv, 1.0) * total), flat)
 
 
-@partial(jax.jit, static_argnames=("oracle", "loss_fn", "window", "num_l1", "auto_step"))
-def _start(
-    oracle: MarginalOracle,
-    loss_fn: MarginalLoss,
-    theta: Array,
-    oracle_state: Any,
-    data: Any,
-    total: Array,
-    smooth: Array,
-    alpha: Array,
-    trace: Array,
-    limit: Array,
-    tol: Array,
-    window: int,
-    num_l1: int,
-    auto_step: bool,
-) -> ProxPGMState:
-    """Initial state at ``theta`` and the first ``limit`` iterations (one compiled program)."""
-    state = _init_state(oracle, loss_fn, theta, oracle_state, data, total, smooth, trace)
+@partial(jax.jit, static_argnames=("oracle", "loss_fn", "window", "auto_step"))
+def _init(oracle: MarginalOracle, loss_fn: MarginalLoss, theta: Array, data: Any, total: Array,
+          smooth: Array, alpha: Array, *, window: int, auto_step: bool) -> ProxPGMState:
+    """The state at ``theta`` (one oracle call), with ``alpha`` or the curvature step."""
+    p, log_z, ostate = oracle(theta, oracle.init_state())
+    mu = total * p
+    objective, grad = jax.value_and_grad(loss_fn)(mu, data, smooth)
+    loss = loss_fn(mu, data, jnp.zeros_like(smooth))
     if auto_step:
-        alpha = _initial_step(loss_fn, state, data, total)
-    state = state._replace(alpha=alpha, initial_alpha=alpha)
-    return _loop(oracle, loss_fn, state, data, total, limit, tol, window, num_l1)
+        alpha = _initial_step(loss_fn, mu, grad, data, total)
+    zero = jnp.zeros((), dtype=jnp.int32)
+    return ProxPGMState(
+        theta=theta, mu=mu, log_z=log_z, oracle_state=ostate, objective=objective, loss=loss,
+        grad=grad, alpha=alpha, alpha_prev=alpha, initial_alpha=alpha, smooth=smooth,
+        stage_start=zero, u=theta, z=mu, z_log_z=log_z, z_state=ostate, x=mu, fx=objective,
+        momentum=-jnp.ones_like(alpha), recent=jnp.full(window, objective), t=zero,
+        rejected=zero, restarts=zero, converged=jnp.zeros((), dtype=bool),
+    )
 
 
-#: Continue the iterations of a state until ``t == limit`` or convergence (:func:`_loop`,
-#: compiled on its own).
-_resume = jax.jit(_loop, static_argnames=("oracle", "loss_fn", "window", "num_l1"))
+def _pick(flag: Array, new: Any, old: Any) -> Any:
+    return jax.tree.map(lambda a, b: jnp.where(flag, a, b), new, old)
+
+
+def _md_step(oracle: MarginalOracle, loss_fn: MarginalLoss, s: ProxPGMState, data: Any,
+             total: Array) -> ProxPGMState:
+    """One mirror-descent trial with the Armijo test (one oracle call)."""
+    theta_new = s.theta - s.alpha * s.grad
+    p_new, log_z_new, ostate_new = oracle(theta_new, s.oracle_state)
+    mu_new = total * p_new
+    obj_new, grad_new = jax.value_and_grad(loss_fn)(mu_new, data, s.smooth)
+    predicted = jnp.vdot(s.grad, s.mu - mu_new)  # ≥ 0: ∇A is monotone
+    accept = (jnp.isfinite(obj_new) & (obj_new <= s.objective)
+              & (s.objective - obj_new >= ARMIJO_C * predicted))
+    theta, mu, log_z, ostate, objective, grad = _pick(
+        accept, (theta_new, mu_new, log_z_new, ostate_new, obj_new, grad_new),
+        (s.theta, s.mu, s.log_z, s.oracle_state, s.objective, s.grad))
+    return s._replace(
+        theta=theta, mu=mu, log_z=log_z, oracle_state=ostate, objective=objective, grad=grad,
+        alpha=jnp.where(accept, _GROW * s.alpha, _SHRINK * s.alpha),
+        rejected=s.rejected + (~accept).astype(s.rejected.dtype), fx=objective,
+    )
+
+
+def _accelerated_step(oracle: MarginalOracle, loss_fn: MarginalLoss, s: ProxPGMState, data: Any,
+                      total: Array) -> ProxPGMState:
+    """One trial of the accelerated Bregman method with its line search (one oracle call)."""
+    ratio = s.alpha_prev / (s.alpha * jnp.maximum(s.momentum, 1e-300) ** 2)
+    a = jnp.where(s.momentum < 0, 1.0, 2.0 / (1.0 + jnp.sqrt(1.0 + 4.0 * ratio)))
+    y = (1.0 - a) * s.x + a * s.z
+    fy, g = jax.value_and_grad(loss_fn)(y, data, s.smooth)
+    u_new = s.u - (s.alpha / a) * g
+    p_new, lz_new, zstate_new = oracle(u_new, s.z_state)
+    z_new = total * p_new
+    x_hat = (1.0 - a) * s.x + a * z_new
+    f_hat = loss_fn(x_hat, data, s.smooth)
+    f_z = loss_fn(z_new, data, s.smooth)
+    bregman = jnp.maximum(jnp.vdot(u_new - s.u, z_new) - total * (lz_new - s.z_log_z), 0.0)
+    bound = fy + jnp.vdot(g, x_hat - y) + (a * a / s.alpha) * bregman
+    slack = 1e-12 * jnp.maximum(1.0, jnp.abs(fy))
+    accept = jnp.isfinite(f_hat) & jnp.isfinite(f_z) & (f_hat <= bound + slack)
+
+    z_better = f_z <= f_hat
+    x_cand = jnp.where(z_better, z_new, x_hat)
+    f_cand = jnp.minimum(f_z, f_hat)
+    restart = f_cand > s.fx
+    x_acc = jnp.where(restart, s.x, x_cand)
+    fx_acc = jnp.minimum(f_cand, s.fx)
+    best = accept & (f_z < s.objective)
+    theta, mu, log_z, ostate, objective = _pick(
+        best, (u_new, z_new, lz_new, zstate_new, f_z),
+        (s.theta, s.mu, s.log_z, s.oracle_state, s.objective))
+    u, z, z_log_z, z_state = _pick(accept, (u_new, z_new, lz_new, zstate_new),
+                                   (s.u, s.z, s.z_log_z, s.z_state))
+    return s._replace(
+        theta=theta, mu=mu, log_z=log_z, oracle_state=ostate, objective=objective,
+        u=u, z=z, z_log_z=z_log_z, z_state=z_state,
+        x=jnp.where(accept, x_acc, s.x), fx=jnp.where(accept, fx_acc, s.fx),
+        momentum=jnp.where(accept, jnp.where(restart, -1.0, a), s.momentum),
+        alpha_prev=jnp.where(accept, s.alpha, s.alpha_prev),
+        alpha=jnp.where(accept, _GROW_ACC * s.alpha, _SHRINK * s.alpha),
+        rejected=s.rejected + (~accept).astype(s.rejected.dtype),
+        restarts=s.restarts + (accept & restart).astype(s.restarts.dtype),
+    )
+
+
+def _switch_smoothing(loss_fn: MarginalLoss, s: ProxPGMState, data: Any,
+                      accelerated: bool) -> ProxPGMState:
+    """Halve the L1 smoothing level: re-evaluate the objectives, halve ``α``, restart."""
+    smooth = _SMOOTH_SHRINK * s.smooth
+    objective, grad = jax.value_and_grad(loss_fn)(s.mu, data, smooth)
+    fx = loss_fn(s.x, data, smooth) if accelerated else objective
+    return s._replace(smooth=smooth, objective=objective, grad=grad, fx=fx,
+                      alpha=_SMOOTH_SHRINK * s.alpha, momentum=-jnp.ones_like(s.momentum),
+                      stage_start=s.t)
+
+
+@partial(jax.jit, static_argnames=("oracle", "loss_fn", "num_l1", "method"))
+def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, state: ProxPGMState, data: Any,
+           total: Array, limit: Array, tol: Array, *, num_l1: int,
+           method: str) -> tuple[ProxPGMState, Array, Array]:
+    """Up to :data:`BLOCK` iterations, until ``t == limit`` or the stopping rule fires.
+
+    Returns the state and the exact loss and objective at the fit after each iteration of the
+    block (``NaN`` past the last).
+    """
+    accelerated = method == "accelerated"
+    window = state.recent.shape[0]
+    first = state.t
+    stop = jnp.minimum(limit, first + BLOCK)
+    nan = jnp.full(BLOCK, jnp.nan, dtype=state.mu.dtype)
+
+    def cond(carry: tuple[ProxPGMState, Array, Array]) -> Array:
+        s = carry[0]
+        return (s.t < stop) & ~s.converged
+
+    def body(carry: tuple[ProxPGMState, Array, Array]) -> tuple[ProxPGMState, Array, Array]:
+        s, trace, obj_trace = carry
+        step = _accelerated_step if accelerated else _md_step
+        s = step(oracle, loss_fn, s, data, total)
+        t = s.t + 1
+        if num_l1:
+            loss = loss_fn(s.mu, data, jnp.zeros_like(s.smooth))
+        else:
+            loss = s.objective
+        monitored = s.fx
+        past = s.recent[t % window]
+        scale_f = jnp.maximum(1.0, jnp.abs(monitored))
+        if num_l1 == 0:
+            final, thr = jnp.ones((), dtype=bool), tol * scale_f
+        else:
+            gap = 0.5 * s.smooth * num_l1
+            final = gap <= tol * jnp.maximum(1.0, jnp.abs(loss))
+            thr = jnp.where(final, tol * scale_f,
+                            jnp.maximum(tol * jnp.maximum(1.0, jnp.abs(loss)),
+                                        _STAGE_FRACTION * gap))
+        stalled = (t - s.stage_start >= window) & (past - monitored <= thr)
+        caught_up = s.objective - s.fx <= thr if accelerated else jnp.ones((), dtype=bool)
+        s = s._replace(t=t, loss=loss, converged=stalled & final & caught_up)
+        if num_l1:
+            s = jax.lax.cond(stalled & ~final,
+                             lambda q: _switch_smoothing(loss_fn, q, data, accelerated),
+                             lambda q: q, s)
+        s = s._replace(recent=s.recent.at[t % window].set(s.fx))
+        i = t - first - 1
+        return s, trace.at[i].set(loss), obj_trace.at[i].set(s.objective)
+
+    return jax.lax.while_loop(cond, body, (state, nan, nan))
 
 
 def mirror_descent(
@@ -290,10 +328,11 @@ def mirror_descent(
     num_l1: int,
     tol: float,
     window: int,
+    method: str = "md",
     callback: Callable[[int, float], None] | None = None,
     callback_every: int = 100,
-) -> ProxPGMState:
-    """Mirror descent from ``theta`` until ``iters`` iterations or the stopping rule.
+) -> tuple[ProxPGMState, np.ndarray, np.ndarray]:
+    """Mirror descent (or its accelerated form) from ``theta`` until ``iters`` or the rule.
 
     Parameters
     ----------
@@ -315,37 +354,47 @@ def mirror_descent(
     num_l1 : int
         Number of L1 answers (0: no smoothing, a single stage).
     tol : float
-        A stage ends when the objective decreased by at most ``tol·max(1, |f|)`` over the last
-        ``window`` iterations (raised while the L1 smoothing gap is still above it); the loop
-        stops at the end of the last stage.
+        A stage ends when the monitored objective decreased by at most ``tol·max(1, |f|)`` over
+        the last ``window`` iterations (raised while the L1 smoothing gap is still above it);
+        the loop stops at the end of the last stage.
     window : int
         Number of iterations the stopping rule looks back over.
+    method : {"accelerated", "md"}
+        The iteration scheme (module notes).
     callback : callable ``(iteration, loss) -> None``, optional
         Called at the start, every ``callback_every`` iterations and at the end.
     callback_every : int
-        Iterations between two calls of ``callback`` (the compiled loop runs in such blocks).
+        Iterations between two calls of ``callback``.
 
     Returns
     -------
-    ProxPGMState
+    state : ProxPGMState
         The state after the last iteration.
+    trace, objective_trace : numpy arrays ``(t + 1,)``
+        The exact loss and the objective at the fit after ``0..t`` iterations.
     """
     dtype = theta.dtype
-    block = iters if callback is None else int(callback_every)
-    static = {"oracle": oracle, "loss_fn": loss_fn, "window": int(window), "num_l1": num_l1}
     total_arr, tol_arr = jnp.asarray(total, dtype), jnp.asarray(float(tol), dtype)
-    state = _start(
-        theta=theta, oracle_state=oracle.init_state(), data=data, total=total_arr,
-        smooth=jnp.asarray(_SMOOTH0 if num_l1 else 0.0, dtype),
-        alpha=jnp.asarray(0.0 if alpha is None else alpha, dtype),
-        trace=jnp.full(_buffer_length(iters), jnp.nan, dtype),
-        limit=jnp.asarray(min(iters, block)), tol=tol_arr, auto_step=alpha is None, **static,
-    )
-    while True:
-        done = int(state.t)
-        if callback is not None:
+    state = _init(oracle, loss_fn, theta, data, total_arr,
+                  jnp.asarray(_SMOOTH0 if num_l1 else 0.0, dtype),
+                  jnp.asarray(0.0 if alpha is None else alpha, dtype),
+                  window=int(window), auto_step=alpha is None)
+    traces, obj_traces = [np.asarray([state.loss])], [np.asarray([state.objective])]
+    if callback is not None:
+        callback(0, float(state.loss))
+    next_report = int(callback_every) if callback is not None else iters
+    done = 0
+    while done < iters and not bool(state.converged):
+        limit = min(iters, next_report)
+        state, trace, obj_trace = _block(oracle, loss_fn, state, data, total_arr,
+                                         jnp.asarray(limit), tol_arr, num_l1=num_l1,
+                                         method=method)
+        now = int(state.t)
+        traces.append(np.asarray(trace[: now - done]))
+        obj_traces.append(np.asarray(obj_trace[: now - done]))
+        done = now
+        if callback is not None and (done >= next_report or done >= iters
+                                     or bool(state.converged)):
             callback(done, float(state.loss))
-        if done >= iters or bool(state.converged):
-            return state
-        state = _resume(state=state, data=data, total=total_arr,
-                        limit=jnp.asarray(min(iters, done + block)), tol=tol_arr, **static)
+            next_report = done + int(callback_every)
+    return state, np.concatenate(traces), np.concatenate(obj_traces)

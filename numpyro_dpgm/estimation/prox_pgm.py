@@ -24,10 +24,20 @@ Losses (the negative log-likelihood of the noise, up to constants; §3 below Pro
   measurement by measurement;
 * a callable ``loss(marginals) -> scalar`` of the count-scale clique tables (any convex ``L``).
 
-Step sizes follow Private-PGM's Armijo rule: start from ``α₀ = 2/(L_∇·N)`` with ``L_∇`` the
-Lipschitz constant of ``∇L``, accept a trial step when it gives sufficient decrease
-``f(μ) − f(μ') ≥ ½⟨∇f(μ), μ − μ'⟩`` (then ``α ← 1.01α``), otherwise reject it and halve ``α``.
-The objective is therefore non-increasing.
+The default is ``"l2"`` for every noise (its variance weights the terms; Private-PGM's default
+too): on Adult's tree workload with Laplace noise, 1,000 iterations of the L1 path left the
+released marginals at 2.2× the error of the L2 fit (ε = 1), and with almost no noise the L1
+path's steps, scaled by ``b``, barely moved (a 9-attribute forest at ε = 1000 stayed at 0.83
+mean L1 while the noisy tables were at 0.0000).
+
+The iteration scheme (``method``) is, by default with the exact oracle, the accelerated
+Bregman gradient method with function restart of
+:mod:`~numpyro_dpgm.estimation.mirror_descent` (each iteration one oracle call; the fit
+returned is the best oracle point), and plain mirror descent (``"md"``, Algorithm 1) with an
+approximate oracle. Plain mirror descent follows Private-PGM's Armijo rule: start from
+``α₀ = 2/(L_∇·N)`` with ``L_∇`` the Lipschitz constant of ``∇L``, accept a trial step when it
+gives sufficient decrease ``f(μ) − f(μ') ≥ ½⟨∇f(μ), μ − μ'⟩`` (then ``α ← 1.01α``), otherwise
+reject it and halve ``α``. The objective is therefore non-increasing (with either scheme).
 
 The L1 loss is not differentiable where a residual vanishes, which is where its minimisers
 sit, and a subgradient step with this line search stalls there (on a 3-attribute chain the loss
@@ -56,6 +66,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -69,7 +80,7 @@ from ..inference import junction_tree as jt
 from ..inference.oracles import ORACLES, ExactOracle, MarginalOracle, resolve_oracle
 from ..measurements import Measurement, estimate_total
 from ..network import MarkovNetwork
-from ..tables import CliqueTables
+from ..tables import CliqueTables, project_table
 from .contract import (
     check_attributes,
     check_max_iters,
@@ -80,7 +91,7 @@ from .contract import (
     total_extras,
 )
 from .losses import build_terms, check_measurements, lipschitz_bound, measurement_loss
-from .mirror_descent import ARMIJO_C, MarginalLoss, ProxPGMState, mirror_descent
+from .mirror_descent import ARMIJO_C, METHODS, MarginalLoss, ProxPGMState, mirror_descent
 from .naive import fit_mle
 from .result import Result
 
@@ -89,6 +100,7 @@ __all__ = [
     "ORACLES",
     "ExactOracle",
     "MarginalOracle",
+    "ProxPGMConvergenceWarning",
     "ProxPGMState",
     "answer_queries",
     "estimate_total",
@@ -97,6 +109,29 @@ __all__ = [
 ]
 
 Array = Any
+
+#: Default stopping tolerance (relative decrease of the loss over ``window`` iterations).
+DEFAULT_TOL = 1e-10
+
+
+class ProxPGMConvergenceWarning(UserWarning):
+    """A Prox-PGM fit reached its iteration limit before its stopping rule fired."""
+
+
+def _warn_not_converged(max_iters: int, trace: Any, window: int) -> None:
+    """Say loudly that the fit stopped short, by how much it still moved, and what to do."""
+    t = len(trace) - 1
+    back = max(0, t - window)
+    moved = float(trace[back] - trace[t])
+    warnings.warn(
+        f"prox_pgm stopped at the iteration limit (max_iters={max_iters}) before converging: "
+        f"the loss still fell by {moved:.3g} over the last {t - back} iterations (final loss "
+        f"{float(trace[t]):.6g}). The fit may be far from the optimum; raise max_iters or "
+        "continue from this fit with init=fit.model (pass tol=0 to run a fixed number of "
+        "iterations without this warning).",
+        ProxPGMConvergenceWarning,
+        stacklevel=4,
+    )
 
 
 def _max_entropy_model(
@@ -117,6 +152,58 @@ def _max_entropy_model(
     return fit.model.theta, "max_entropy"
 
 
+def noisy_start(network: MarkovNetwork, measurements: Sequence[Measurement],
+                total: float) -> np.ndarray | None:
+    """A start ``θ₀`` built from the noisy tables themselves (``None`` when none applies).
+
+    Every network clique released whole (identity queries on exactly its attributes) gets
+    ``log`` of its inverse-variance-averaged table, clipped below at the noise's standard
+    deviation and normalised; an attribute shared by ``k > 1`` such cliques has ``(k − 1)``
+    copies of the log of its one-way table subtracted, which makes ``p_θ₀`` the closed-form fit
+    of a tree of pairwise tables (``Π p_C / Π p_S``) and a close start otherwise. ``θ₀`` lies in
+    the span of the released cliques' features, so the fit's limit is unchanged (the
+    maximum-entropy solution); only the way there is shorter, which matters when the noise is
+    small and the optimum is far from uniform.
+    """
+    sets = [frozenset(c) for c in network.cliques]
+    sums: dict[int, np.ndarray] = {}
+    weights: dict[int, float] = {}
+    for m in measurements:
+        if m.query is not None or frozenset(m.clique) not in sets:
+            continue
+        slot = sets.index(frozenset(m.clique))
+        clique = network.cliques[slot]
+        table = np.asarray(project_table(
+            np.asarray(m.values, dtype=float).reshape(network.domain.shape_of(m.clique)),
+            tuple(m.clique), clique))
+        w = 1.0 / m.noise.variance
+        sums[slot] = sums.get(slot, 0.0) + w * table
+        weights[slot] = weights.get(slot, 0.0) + w
+    if not sums:
+        return None
+    theta = np.zeros(network.num_params)
+    logs: dict[int, np.ndarray] = {}
+    for slot, acc in sums.items():
+        floor = max(math.sqrt(1.0 / weights[slot]), 1e-12 * total)
+        table = np.maximum(acc / weights[slot], floor)
+        logs[slot] = np.log(table / table.sum())
+        theta[network.slice_of(network.cliques[slot])] = logs[slot].ravel()
+    holders: dict[str, list[int]] = {}
+    for slot in sorted(logs):
+        for a in network.cliques[slot]:
+            holders.setdefault(a, []).append(slot)
+    for a, slots in holders.items():
+        if len(slots) < 2:
+            continue
+        first = network.cliques[slots[0]]
+        one_way = np.exp(np.asarray(project_table(logs[slots[0]], first, (a,), log=True)))
+        shape = [network.domain[v] if v == a else 1 for v in first]
+        block = theta[network.slice_of(first)].reshape(network.domain.shape_of(first))
+        block = block - (len(slots) - 1) * np.log(one_way).reshape(shape)
+        theta[network.slice_of(first)] = block.ravel()
+    return theta
+
+
 # ------------------------------------------------------------------------------------------------
 # Public entry point
 # ------------------------------------------------------------------------------------------------
@@ -131,9 +218,10 @@ def prox_pgm(
     max_iters: int = 1000,
     callback: Callable[[int, float], None] | None = None,
     oracle: str | MarginalOracle | Callable[[MarkovNetwork], MarginalOracle] = "exact",
-    loss: str | Callable[[CliqueTables], Array] = "auto",
+    loss: str | Callable[[CliqueTables], Array] = "l2",
+    method: str = "auto",
     step_size: float | None = None,
-    tol: float = 1e-12,
+    tol: float = DEFAULT_TOL,
     window: int = 10,
     callback_every: int = 100,
 ) -> Result:
@@ -160,7 +248,9 @@ def prox_pgm(
         Accepted for the estimators' common contract and ignored (Prox-PGM is deterministic).
     init : MarkovRandomField or array, optional
         Warm start: log-potentials in the network's layout (or a model over the same network),
-        e.g. a previous fit's ``model``. ``None``: ``θ = 0``, the uniform distribution.
+        e.g. a previous fit's ``model``. ``None``: :func:`noisy_start` (the noisy tables of the
+        cliques released whole; same optimum, shorter path), or ``θ = 0`` (the uniform
+        distribution) when no clique is released whole or the loss is a callable.
     max_iters : int
         Maximum number of mirror-descent iterations (each costs one oracle call).
     callback : callable ``(iteration, loss) -> None``, optional
@@ -170,13 +260,18 @@ def prox_pgm(
     oracle : "exact", MarginalOracle, or callable network -> MarginalOracle
         The marginal oracle. ``"exact"`` is the junction tree (:class:`ExactOracle`). An
         approximate oracle with a warm-startable state (e.g. Convex-GBP) makes this APPGM.
-    loss : "auto", "l2", "l1" or callable
-        ``"l2"``: ``Σ_M ½‖(Q_Mμ_{C_M} − y_M)/σ_M‖²`` with ``σ_M²`` the noise variance;
+    loss : "l2", "auto", "l1" or callable
+        ``"l2"`` (default): ``Σ_M ½‖(Q_Mμ_{C_M} − y_M)/σ_M‖²`` with ``σ_M²`` the noise
+        variance;
         ``"l1"``: ``Σ_M ‖Q_Mμ_{C_M} − y_M‖₁/b_M`` with ``b_M`` the Laplace scale (``σ_M`` for
         Gaussian noise); ``"auto"``: L1 for Laplace-family and L2 for Gaussian-family noise,
         per measurement (the noise's negative log-likelihood). A callable receives the
         count-scale marginals of the network's cliques (:class:`CliqueTables`) and returns a
         scalar convex loss; it must be traceable by JAX.
+    method : "auto", "accelerated" or "md"
+        The iteration scheme: ``"accelerated"`` (accelerated Bregman gradient with line search
+        and function restart), ``"md"`` (Algorithm 1 with Armijo steps); ``"auto"`` takes
+        ``"accelerated"`` with the exact oracle and ``"md"`` otherwise.
     step_size : float, optional
         Initial step ``α₀``. Default ``2/(L_∇·N)`` with ``L_∇`` the bound of the Lipschitz
         constant of ``∇L`` over the measurements (exact for identity queries); for a callable
@@ -201,13 +296,15 @@ def prox_pgm(
         distribution with those marginals.
         ``loss_trace``: ``L`` after ``0..iterations`` iterations (non-increasing for smooth
         losses; see the module notes for L1).
-        ``converged``: whether the stopping rule fired before ``max_iters``. ``extras``:
+        ``converged``: whether the stopping rule fired before ``max_iters``; when it did not
+        (and ``tol > 0``) a :class:`ProxPGMConvergenceWarning` names the remedy. ``extras``:
         ``total_count`` (the ``N`` used), ``total_count_estimated`` (bool), ``marginals`` (the
         oracle's count-scale clique marginals at ``θ̂``, :class:`CliqueTables`), ``log_partition``,
         ``step_size`` (final ``α``), ``initial_step_size``, ``rejected_steps``,
         ``objective_trace`` (the smoothed objective; equal to ``loss_trace`` without L1 terms),
         ``smoothing`` (final ``s``), ``loss_kinds`` (per measurement), ``oracle``,
-        ``oracle_state`` and ``model_fit`` (``"oracle"`` or ``"max_entropy"``).
+        ``oracle_state``, ``model_fit`` (``"oracle"`` or ``"max_entropy"``), ``method`` (the
+        scheme used) and ``restarts`` (momentum restarts of the accelerated scheme).
 
     Raises
     ------
@@ -269,6 +366,8 @@ def prox_pgm(
         raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
     if not isinstance(callback_every, int | np.integer) or callback_every < 1:
         raise ValueError(f"callback_every must be a positive integer, got {callback_every!r}")
+    if method not in ("auto", *METHODS):
+        raise ValueError(f"unknown method {method!r}; use 'auto', 'accelerated' or 'md'")
 
     # -- total -------------------------------------------------------------------------------
     total, estimated = resolve_total(total_count, measurements)
@@ -280,10 +379,14 @@ def prox_pgm(
     if custom is not None:
         data = ()
     the_oracle = resolve_oracle(oracle, network)
+    scheme = method if method != "auto" else (
+        "accelerated" if isinstance(the_oracle, ExactOracle) else "md")
     dtype = jnp.result_type(float)
     theta0 = resolve_init(init, network)
+    if theta0 is None and custom is None:
+        theta0 = noisy_start(network, measurements, total)
     theta0 = (jnp.zeros(network.num_params, dtype=dtype) if theta0 is None
-              else theta0.astype(dtype))
+              else jnp.asarray(theta0, dtype=dtype))
 
     num_l1 = sum(int(d.values.size) for term, d in zip(terms, data, strict=False)
                  if term.kind == "l1") if custom is None else 0
@@ -298,10 +401,13 @@ def prox_pgm(
         alpha0 = None  # from the curvature at the start, inside the compiled program
 
     # -- iterate (in blocks when reporting progress) ------------------------------------------
-    state = mirror_descent(
+    state, trace, objective_trace = mirror_descent(
         the_oracle, loss_fn, theta0, data, total, iters=iters, alpha=alpha0, num_l1=num_l1,
-        tol=tol, window=window, callback=callback, callback_every=callback_every,
+        tol=tol, window=window, method=scheme, callback=callback, callback_every=callback_every,
     )
+    converged = bool(state.converged)
+    if not converged and tol > 0:
+        _warn_not_converged(iters, trace, window)
 
     t = int(state.t)
     theta, model_fit = state.theta, "oracle"
@@ -315,7 +421,9 @@ def prox_pgm(
         "step_size": float(state.alpha),
         "initial_step_size": float(state.initial_alpha),
         "rejected_steps": int(state.rejected),
-        "objective_trace": state.objective_trace[: t + 1],
+        "objective_trace": jnp.asarray(objective_trace),
+        "method": scheme,
+        "restarts": int(state.restarts),
         "smoothing": float(state.smooth),
         "loss_kinds": tuple(term.kind for term in terms) if custom is None else ("custom",),
         "oracle": the_oracle,
@@ -324,9 +432,9 @@ def prox_pgm(
     }
     return Result(
         model=model,
-        loss_trace=state.trace[: t + 1],
+        loss_trace=jnp.asarray(trace),
         iterations=t,
-        converged=bool(state.converged),
+        converged=converged,
         elapsed=time.perf_counter() - start,
         extras=extras,
     )
