@@ -601,3 +601,19 @@ def test_help_does_not_import_jax() -> None:
             "print('jax' in sys.modules, 'numpyro' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_fit_warns_about_a_sparse_clique_as_a_line(tmp_path):
+    """A model clique with more cells than records gives a ``warning:`` line before the fit."""
+    import warnings
+
+    from numpyro_dpgm import Domain, Laplace, Measurement, save_measurements
+
+    domain = Domain({"a": 10, "b": 10})
+    path = save_measurements(tmp_path / "m.json",
+                             [Measurement(("a", "b"), np.full(100, 0.5), Laplace(1.0))], domain)
+    display = warnings.showwarning
+    out = _ok(["fit", path, "--method", "naive", "-o", tmp_path / "model.json"])
+    assert ("warning: the model's clique ('a', 'b') has 100 cells, 2× the 50 records"
+            in " ".join(out.split())), out
+    assert warnings.showwarning is display  # put back when the command ends

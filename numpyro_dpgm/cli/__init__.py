@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import typer
 
+from ._common import _warnings_as_lines
 from ._fit import fit
 from ._jobs import bench, demo, reproduce
 from ._release import release
@@ -37,8 +38,9 @@ app = typer.Typer(
 
 
 @app.callback()
-def main() -> None:
+def main(ctx: typer.Context) -> None:
     """Differentially private learning of graphical models."""
+    ctx.call_on_close(_warnings_as_lines())
 
 
 # commands in the order of ``dpgm --help``: the front-end jobs, then the private-data workflow

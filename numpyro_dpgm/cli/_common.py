@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -43,6 +43,25 @@ def _fail(message: str) -> NoReturn:
 
 def _warn(message: str) -> None:
     err_console.print(Text.assemble(("warning:", "yellow"), " ", str(message)), highlight=False)
+
+
+def _warnings_as_lines() -> Callable[[], None]:
+    """Show Python warnings as ``warning: ...`` lines on stderr (as the commands' own); returns
+    the function that puts the previous display back."""
+    import warnings
+
+    previous = warnings.showwarning
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+             line: Any = None) -> None:
+        _warn(" ".join(str(message).split()))
+
+    warnings.showwarning = show
+
+    def restore() -> None:
+        warnings.showwarning = previous
+
+    return restore
 
 
 def _message(err: BaseException) -> str:
