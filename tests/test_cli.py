@@ -46,7 +46,7 @@ def test_reproduce_lists_every_reproducible_experiment():
     import pkgutil
 
     import numpyro_dpgm.experiments as experiments
-    from numpyro_dpgm.cli import EXPERIMENTS
+    from numpyro_dpgm.cli._jobs import EXPERIMENTS
 
     found = set()
     for info in pkgutil.iter_modules(experiments.__path__):
