@@ -3,16 +3,17 @@
 The package namespace is the front door: ``import numpyro_dpgm as dpgm`` gives the core types
 (:class:`Domain`, :class:`MarkovNetwork`, :class:`Measurement` and its noise specs), releases
 and privacy accounting (:func:`release`, :class:`PrivacyLedger`, :class:`PureDP`, ...), the
-estimators (:func:`naive_mle`, :func:`prox_pgm`, :func:`cgm_em`, :func:`mwem_pgm`, ...) with
-their :class:`Result`, synthesis, Rubin's rules and files; the subpackages
+estimators (:func:`naive_mle`, :func:`prox_pgm`, :func:`cgm_em`, ...) with their
+:class:`Result`, the mechanisms (:func:`mst`, :func:`aim`, :func:`mwem_pgm`), synthesis,
+Rubin's rules and files; the subpackages
 (``dpgm.distributions``, ``dpgm.infer``, ``dpgm.inference``, ``dpgm.estimation``,
-``dpgm.privacy``, ``dpgm.io``, ``dpgm.metrics``) hold the rest.
+``dpgm.mechanisms``, ``dpgm.privacy``, ``dpgm.io``, ``dpgm.metrics``) hold the rest.
 
 Importing the package sets no global JAX flag. Enable float64 yourself
 (``numpyro.enable_x64()``) before working with counts: the library warns when it runs in float32.
 """
 
-from . import distributions, estimation, infer, inference, io, metrics, privacy
+from . import distributions, estimation, infer, inference, io, mechanisms, metrics, privacy
 from ._version import __version__ as __version__
 from .combining import CombinedEstimate, analyse, rubin
 from .data import Dataset, count, count_file, count_spark, load_demo
@@ -27,7 +28,6 @@ from .estimation import (
     learn_structure,
     learn_twise,
     mcem,
-    mwem_pgm,
     naive_mle,
     posterior_mean,
     prox_pgm,
@@ -43,6 +43,7 @@ from .io import (
     save_measurements,
     save_model,
 )
+from .mechanisms import aim, mst, mwem_pgm
 from .measurements import (
     DiscreteGaussian,
     DiscreteLaplace,
@@ -87,6 +88,7 @@ __all__ = [
     "PureDP",
     "Result",
     "ZCDP",
+    "aim",
     "analyse",
     "cgm_em",
     "count",
@@ -109,7 +111,9 @@ __all__ = [
     "load_measurements",
     "load_model",
     "mcem",
+    "mechanisms",
     "metrics",
+    "mst",
     "mwem_pgm",
     "naive_mle",
     "posterior_mean",
