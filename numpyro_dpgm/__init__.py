@@ -43,7 +43,6 @@ from .io import (
     save_measurements,
     save_model,
 )
-from .mechanisms import aim, mst, mwem_pgm
 from .measurements import (
     DiscreteGaussian,
     DiscreteLaplace,
@@ -52,6 +51,7 @@ from .measurements import (
     Measurement,
     estimate_total,
 )
+from .mechanisms import aim, mst, mwem_pgm
 from .network import MarkovNetwork
 from .privacy import (
     ZCDP,

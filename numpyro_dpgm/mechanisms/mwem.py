@@ -62,7 +62,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import jax
 import numpy as np
 
 from ..data import count
