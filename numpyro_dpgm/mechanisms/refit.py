@@ -105,7 +105,9 @@ class Refit:
     fit : Result or None
         The latest Prox-PGM result.
     costs : list of dict
-        Per fit: ``seconds``, ``compile_seconds``, ``compiles``, ``iterations``, ``cliques``.
+        Per fit: ``seconds``, ``compile_seconds``, ``compiles`` (JAX compilations, small ones
+        included), ``iterations``, ``cliques``, ``new_structure`` (whether the network or the
+        loss terms differ from the previous fit's, which makes Prox-PGM compile its program).
     """
 
     def __init__(self, domain: Domain, iters: int, oracle: str | Callable = "exact",
@@ -114,6 +116,7 @@ class Refit:
         self.model: MarkovRandomField | None = None
         self.fit: Result | None = None
         self.costs: list[dict[str, Any]] = []
+        self._structure: Any = None
 
     @property
     def total(self) -> float:
@@ -129,14 +132,17 @@ class Refit:
         init = None
         if self.model is not None:
             init = embed_theta(self.model.network, self.model.theta, network)
+        merged = merge_measurements(measurements)
+        structure = (network, tuple((tuple(m.clique), m.query is None) for m in merged))
         start = time.perf_counter()
         with compile_seconds() as compiled:
-            fit = prox_pgm(merge_measurements(measurements), network,
+            fit = prox_pgm(merged, network,
                            total_count=self.total_count, max_iters=iters or self.iters,
                            oracle=self.oracle, init=init)
         self.costs.append({"seconds": time.perf_counter() - start,
                            "compile_seconds": compiled["seconds"],
                            "compiles": compiled["compiles"], "iterations": fit.iterations,
-                           "cliques": len(network.cliques)})
-        self.fit, self.model = fit, fit.model
+                           "cliques": len(network.cliques),
+                           "new_structure": structure != self._structure})
+        self.fit, self.model, self._structure = fit, fit.model, structure
         return fit.model
