@@ -244,8 +244,7 @@ def fit_mbi_approx(ms: list, domain: Any, total: float, iters: int,
 def run_workload(name: str, dataset: Any, args: argparse.Namespace,
                  sink: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
     """All contenders on one workload; one row per fit, each also passed to ``sink``."""
-    from numpyro_dpgm.estimation.prox_pgm import ExactOracle
-    from numpyro_dpgm.inference.gbp import ConvexGBPOracle
+    from numpyro_dpgm.inference.oracles import ConvexGBPOracle, ExactOracle
     from numpyro_dpgm.network import MarkovNetwork
 
     cliques = _workload(name, dataset)

@@ -118,7 +118,7 @@ def nuts(model: Any, start: dict, seed: int,
     mcmc.run(mcmc.post_warmup_state.rng_key, extra_fields=NUTS_FIELDS)
     jax.block_until_ready(mcmc.get_samples())
     sampling_s = time.perf_counter() - t0
-    report = convergence_report(to_inference_data(mcmc, model, key=jax.random.key(seed + 1)))
+    report = convergence_report(to_inference_data(mcmc, model, rng_key=jax.random.key(seed + 1)))
     ess = report.table["ess_bulk"].to_numpy()
     rhat = report.table["r_hat"].to_numpy()
     out = {

@@ -250,12 +250,12 @@ def run_setting(pop: str, eps: float, args: argparse.Namespace,
             t1 = time.perf_counter()
             if releases is not None:
                 releases.append(release_record(pop, eps, rep, n, ms, truth))
-            frames = synthesize(MarkovRandomField(net, thetas[j]), n, args.m, rng=k[2])
+            frames = synthesize(MarkovRandomField(net, thetas[j]), n, args.m, rng_key=k[2])
             results = [analysis(f) for f in frames]
             combined = rubin(np.array([r[0] for r in results]), np.array([r[1] for r in results]))
             lo, hi = combined.conf_int(LEVEL)
             point = cgm_em(ms, net_em, total_count=n).model
-            est, var = analysis(synthesize(point, n, rng=k[3]))
+            est, var = analysis(synthesize(point, n, rng_key=k[3]))
             nlo, nhi = normal_interval(est, var, LEVEL)
             elapsed = t_nuts + time.perf_counter() - t1
             for i, name in enumerate(ESTIMANDS):

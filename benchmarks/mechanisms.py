@@ -129,7 +129,7 @@ def run_ours(data: str, mech: str, eps: float, seed: int) -> dict[str, Any]:
     start = time.perf_counter()
     args = {"budget": ApproxDP(eps, DELTA), "sampler": "jax", "rng_key": seed}
     fit = mst(records, domain, **args) if mech == "mst" else aim(records, domain, **args)
-    synth = synthesize(fit, len(records), rng=seed + 1000)
+    synth = synthesize(fit, len(records), rng_key=seed + 1000)
     seconds = time.perf_counter() - start
     error = workload_error(count(synth, workload, domain), count(records, workload, domain))
     costs = fit.extras["costs"]

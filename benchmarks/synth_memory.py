@@ -38,9 +38,9 @@ base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
 model = MarkovRandomField(net, theta)
 if mode == "list":  # synthesize: every data set held at once
-    rows = sum(len(s) for s in synthesize(model, records, num_datasets=datasets, rng=1))
+    rows = sum(len(s) for s in synthesize(model, records, num_datasets=datasets, rng_key=1))
 else:  # iter_synthetic, each data set dropped before the next (as dpgm synth writes them)
-    rows = sum(len(s) for s in iter_synthetic(model, records, num_datasets=datasets, rng=1))
+    rows = sum(len(s) for s in iter_synthetic(model, records, num_datasets=datasets, rng_key=1))
 seconds = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"mode": mode, "records": records, "datasets": datasets, "rows": rows,

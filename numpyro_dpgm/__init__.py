@@ -9,125 +9,267 @@ Rubin's rules and files; the subpackages
 (``dpgm.distributions``, ``dpgm.infer``, ``dpgm.inference``, ``dpgm.estimation``,
 ``dpgm.mechanisms``, ``dpgm.privacy``, ``dpgm.io``, ``dpgm.metrics``) hold the rest.
 
-Importing the package sets no global JAX flag. Enable float64 yourself
+The names load on first use (PEP 562), so ``import numpyro_dpgm`` and ``dpgm --help`` do not
+pay for JAX, NumPyro and ArviZ until something needs them. Importing the package sets no global
+JAX flag. Enable float64 yourself
 (``numpyro.enable_x64()``) before working with counts: the library warns when it runs in float32.
 """
 
-from . import distributions, estimation, infer, inference, io, mechanisms, metrics, privacy
-from ._version import __version__ as __version__
-from .combining import CombinedEstimate, analyse, rubin
-from .data import Dataset, count, count_file, count_spark, load_demo
-from .distributions import MarkovRandomField
-from .domain import Domain
-from .encoding import Encoded, decode, encode, read_domain
-from .estimation import (
-    Result,
-    cgm_em,
-    learn_ising,
-    learn_pairwise,
-    learn_structure,
-    learn_twise,
-    mcem,
-    naive_mle,
-    posterior_mean,
-    prox_pgm,
-    psgd,
-    variational_em,
-)
-from .io import (
-    FileFormatError,
-    load_ledger,
-    load_measurements,
-    load_model,
-    save_ledger,
-    save_measurements,
-    save_model,
-)
-from .measurements import (
-    DiscreteGaussian,
-    DiscreteLaplace,
-    Gaussian,
-    Laplace,
-    Measurement,
-    estimate_total,
-)
-from .mechanisms import aim, mst, mwem_pgm
-from .network import MarkovNetwork
-from .privacy import (
-    ZCDP,
-    ApproxDP,
-    BudgetExceededError,
-    PrivacyBudget,
-    PrivacyLedger,
-    PureDP,
-    release,
-    release_tables,
-    simulate_release,
-)
-from .synthesis import synthesize
-from .tables import CliqueTables
+from __future__ import annotations
 
-__all__ = [
-    "ApproxDP",
-    "BudgetExceededError",
-    "CliqueTables",
-    "CombinedEstimate",
-    "Dataset",
-    "DiscreteGaussian",
-    "DiscreteLaplace",
-    "Domain",
-    "Encoded",
-    "FileFormatError",
-    "Gaussian",
-    "Laplace",
-    "MarkovNetwork",
-    "MarkovRandomField",
-    "Measurement",
-    "PrivacyBudget",
-    "PrivacyLedger",
-    "PureDP",
-    "Result",
-    "ZCDP",
-    "aim",
-    "analyse",
-    "cgm_em",
-    "count",
-    "count_file",
-    "count_spark",
-    "decode",
-    "distributions",
-    "encode",
-    "estimate_total",
-    "estimation",
-    "infer",
-    "inference",
-    "io",
-    "learn_ising",
-    "learn_pairwise",
-    "learn_structure",
-    "learn_twise",
-    "load_demo",
-    "load_ledger",
-    "load_measurements",
-    "load_model",
-    "mcem",
-    "mechanisms",
-    "metrics",
-    "mst",
-    "mwem_pgm",
-    "naive_mle",
-    "posterior_mean",
-    "privacy",
-    "prox_pgm",
-    "psgd",
-    "read_domain",
-    "release",
-    "release_tables",
-    "rubin",
-    "save_ledger",
-    "save_measurements",
-    "save_model",
-    "simulate_release",
-    "synthesize",
-    "variational_em",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__ as __version__
+
+#: Where each name of the front door is defined: name -> submodule (relative).
+_SOURCES: dict[str, str] = {
+    "CombinedEstimate": ".combining",
+    "analyse": ".combining",
+    "rubin": ".combining",
+    "Dataset": ".data",
+    "count": ".data",
+    "count_file": ".data",
+    "count_spark": ".data",
+    "load_demo": ".data",
+    "MarkovRandomField": ".distributions",
+    "Domain": ".domain",
+    "Encoded": ".encoding",
+    "decode": ".encoding",
+    "encode": ".encoding",
+    "read_domain": ".encoding",
+    "Result": ".estimation",
+    "cgm_em": ".estimation",
+    "learn_ising": ".estimation",
+    "learn_pairwise": ".estimation",
+    "learn_structure": ".estimation",
+    "learn_twise": ".estimation",
+    "mcem": ".estimation",
+    "naive_mle": ".estimation",
+    "posterior_mean": ".estimation",
+    "prox_pgm": ".estimation",
+    "psgd": ".estimation",
+    "variational_em": ".estimation",
+    "FileFormatError": ".io",
+    "load_ledger": ".io",
+    "load_measurements": ".io",
+    "load_model": ".io",
+    "save_ledger": ".io",
+    "save_measurements": ".io",
+    "save_model": ".io",
+    "DiscreteGaussian": ".measurements",
+    "DiscreteLaplace": ".measurements",
+    "Gaussian": ".measurements",
+    "Laplace": ".measurements",
+    "Measurement": ".measurements",
+    "estimate_total": ".measurements",
+    "aim": ".mechanisms",
+    "mst": ".mechanisms",
+    "mwem_pgm": ".mechanisms",
+    "MarkovNetwork": ".network",
+    "ZCDP": ".privacy",
+    "ApproxDP": ".privacy",
+    "BudgetExceededError": ".privacy",
+    "PrivacyBudget": ".privacy",
+    "PrivacyLedger": ".privacy",
+    "PureDP": ".privacy",
+    "release": ".privacy",
+    "release_tables": ".privacy",
+    "simulate_release": ".privacy",
+    "synthesize": ".synthesis",
+    "CliqueTables": ".tables",
+}
+
+#: The subpackages the namespace gives as attributes.
+_SUBPACKAGES = ("distributions", "estimation", "infer", "inference", "io", "mechanisms", "metrics",
+                "privacy")
+
+__all__ = sorted([*_SOURCES, *_SUBPACKAGES])
+
+if TYPE_CHECKING:  # the static view of the lazy names
+    from . import distributions as distributions
+    from . import estimation as estimation
+    from . import infer as infer
+    from . import inference as inference
+    from . import io as io
+    from . import mechanisms as mechanisms
+    from . import metrics as metrics
+    from . import privacy as privacy
+    from .combining import (
+        CombinedEstimate as CombinedEstimate,
+    )
+    from .combining import (
+        analyse as analyse,
+    )
+    from .combining import (
+        rubin as rubin,
+    )
+    from .data import (
+        Dataset as Dataset,
+    )
+    from .data import (
+        count as count,
+    )
+    from .data import (
+        count_file as count_file,
+    )
+    from .data import (
+        count_spark as count_spark,
+    )
+    from .data import (
+        load_demo as load_demo,
+    )
+    from .distributions import (
+        MarkovRandomField as MarkovRandomField,
+    )
+    from .domain import (
+        Domain as Domain,
+    )
+    from .encoding import (
+        Encoded as Encoded,
+    )
+    from .encoding import (
+        decode as decode,
+    )
+    from .encoding import (
+        encode as encode,
+    )
+    from .encoding import (
+        read_domain as read_domain,
+    )
+    from .estimation import (
+        Result as Result,
+    )
+    from .estimation import (
+        cgm_em as cgm_em,
+    )
+    from .estimation import (
+        learn_ising as learn_ising,
+    )
+    from .estimation import (
+        learn_pairwise as learn_pairwise,
+    )
+    from .estimation import (
+        learn_structure as learn_structure,
+    )
+    from .estimation import (
+        learn_twise as learn_twise,
+    )
+    from .estimation import (
+        mcem as mcem,
+    )
+    from .estimation import (
+        naive_mle as naive_mle,
+    )
+    from .estimation import (
+        posterior_mean as posterior_mean,
+    )
+    from .estimation import (
+        prox_pgm as prox_pgm,
+    )
+    from .estimation import (
+        psgd as psgd,
+    )
+    from .estimation import (
+        variational_em as variational_em,
+    )
+    from .io import (
+        FileFormatError as FileFormatError,
+    )
+    from .io import (
+        load_ledger as load_ledger,
+    )
+    from .io import (
+        load_measurements as load_measurements,
+    )
+    from .io import (
+        load_model as load_model,
+    )
+    from .io import (
+        save_ledger as save_ledger,
+    )
+    from .io import (
+        save_measurements as save_measurements,
+    )
+    from .io import (
+        save_model as save_model,
+    )
+    from .measurements import (
+        DiscreteGaussian as DiscreteGaussian,
+    )
+    from .measurements import (
+        DiscreteLaplace as DiscreteLaplace,
+    )
+    from .measurements import (
+        Gaussian as Gaussian,
+    )
+    from .measurements import (
+        Laplace as Laplace,
+    )
+    from .measurements import (
+        Measurement as Measurement,
+    )
+    from .measurements import (
+        estimate_total as estimate_total,
+    )
+    from .mechanisms import (
+        aim as aim,
+    )
+    from .mechanisms import (
+        mst as mst,
+    )
+    from .mechanisms import (
+        mwem_pgm as mwem_pgm,
+    )
+    from .network import (
+        MarkovNetwork as MarkovNetwork,
+    )
+    from .privacy import (
+        ZCDP as ZCDP,
+    )
+    from .privacy import (
+        ApproxDP as ApproxDP,
+    )
+    from .privacy import (
+        BudgetExceededError as BudgetExceededError,
+    )
+    from .privacy import (
+        PrivacyBudget as PrivacyBudget,
+    )
+    from .privacy import (
+        PrivacyLedger as PrivacyLedger,
+    )
+    from .privacy import (
+        PureDP as PureDP,
+    )
+    from .privacy import (
+        release as release,
+    )
+    from .privacy import (
+        release_tables as release_tables,
+    )
+    from .privacy import (
+        simulate_release as simulate_release,
+    )
+    from .synthesis import (
+        synthesize as synthesize,
+    )
+    from .tables import (
+        CliqueTables as CliqueTables,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """Import a front-door name or subpackage on first use and keep it (PEP 562)."""
+    if name in _SUBPACKAGES:
+        value: Any = importlib.import_module(f".{name}", __name__)
+    elif name in _SOURCES:
+        value = getattr(importlib.import_module(_SOURCES[name], __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

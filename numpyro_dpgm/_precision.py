@@ -6,9 +6,9 @@ library never enables float64 itself (that is a process-wide JAX flag); it warns
 
 from __future__ import annotations
 
-import warnings
-
 import jax
+
+from ._warnings import warn
 
 __all__ = ["Float32Warning", "warn_if_float32"]
 
@@ -20,10 +20,9 @@ class Float32Warning(UserWarning):
 def warn_if_float32(where: str) -> None:
     """Warn once per call site when JAX's 64-bit mode is off."""
     if not jax.config.jax_enable_x64:
-        warnings.warn(
+        warn(
             f"{where}: JAX is running in float32, which loses precision with counts in the "
             "thousands and large log-potentials. Call numpyro.enable_x64() (or "
             "jax.config.update('jax_enable_x64', True)) at the start of your program.",
-            Float32Warning,
-            stacklevel=3,
+            Float32Warning
         )

@@ -32,12 +32,13 @@ keeping ``ν`` as above. Räisä et al. generate ``n_syn = n`` records per data 
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import stats
+
+from ._warnings import warn
 
 __all__ = ["CombinedEstimate", "CombiningWarning", "analyse", "rubin", "normal_interval"]
 
@@ -156,16 +157,16 @@ def _warn_if_unreliable(m: int, df: np.ndarray, t_s: np.ndarray, adjusted: np.nd
     """A :class:`CombiningWarning` where an interval from these figures would mislead."""
     few = np.isfinite(df) & (df < MIN_DF)
     if np.any(few):
-        warnings.warn(
+        warn(
             f"{int(few.sum())} of {df.size} combined estimate(s) have ν < {MIN_DF:g} degrees of "
             f"freedom (smallest {float(df[few].min()):.3g}): the between-data-set variance b "
             "barely exceeds the within variance ū, and a t interval is meaninglessly wide; use "
-            f"more synthetic data sets than m = {m}", CombiningWarning, stacklevel=3)
+            f"more synthetic data sets than m = {m}", CombiningWarning)
     if np.any(adjusted):
-        warnings.warn(
+        warn(
             f"{int(adjusted.sum())} of {t_s.size} combined estimate(s) have T_s ≤ 0 and use "
             "(n_syn / n)·ū instead (Reiter 2002), which leaves out the synthesis uncertainty; "
-            f"use more synthetic data sets than m = {m}", CombiningWarning, stacklevel=3)
+            f"use more synthetic data sets than m = {m}", CombiningWarning)
 
 
 def normal_interval(estimate: Any, variance: Any, level: float = 0.95) -> tuple[Any, Any]:

@@ -20,7 +20,6 @@ values and independent of the rest, and that is how they are sampled, with an
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from ._deprecation import renamed_keywords
+from ._warnings import warn
 from .distributions.constraints import decomposable_layout
 from .distributions.mrf import MarkovRandomField
 from .infer.bayes import reference_coding
@@ -268,13 +269,15 @@ def _check_count(value: Any, name: str) -> int:
     return int(value)
 
 
-def _key(rng: Any) -> jax.Array:
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        return jax.random.key(int(rng))
-    if isinstance(rng, jax.Array) and (jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)
-                                       or (rng.dtype == jnp.uint32 and rng.shape == (2,))):
-        return rng
-    raise TypeError(f"rng must be an int seed or a JAX PRNG key, got {type(rng).__name__}")
+def _key(rng_key: Any) -> jax.Array:
+    if isinstance(rng_key, (int, np.integer)) and not isinstance(rng_key, bool):
+        return jax.random.key(int(rng_key))
+    if isinstance(rng_key, jax.Array) and (
+            jnp.issubdtype(rng_key.dtype, jax.dtypes.prng_key)
+            or (rng_key.dtype == jnp.uint32 and rng_key.shape == (2,))):
+        return rng_key
+    raise TypeError(f"rng_key must be an int seed or a JAX PRNG key, got "
+                    f"{type(rng_key).__name__}")
 
 
 def _default_num_records(source: Any) -> int:
@@ -289,12 +292,13 @@ def _default_num_records(source: Any) -> int:
 # ------------------------------------------------------------------------------------------------
 # the entry point
 # ------------------------------------------------------------------------------------------------
+@renamed_keywords({"rng": "rng_key"})
 def synthesize(
     source: Any,
     num_records: int | None,
     num_datasets: int = 1,
     *,
-    rng: Any,
+    rng_key: Any,
     categories: Any = None,
     columns: Sequence[str] | None = None,
     network: MarkovNetwork | None = None,
@@ -321,7 +325,7 @@ def synthesize(
         the pooled chains (``m`` must not exceed the number of draws). From a point estimate:
         ``m`` independent data sets of the same model (they share its estimation error:
         not for combining rules).
-    rng : int or JAX PRNG key
+    rng_key : int or JAX PRNG key
         Seed of the record sampler (keyword-only, required).
     categories : mapping attribute -> sequence of labels, or an object with ``.categories``
         Label of every code (index = code) of the attributes it names; those columns become
@@ -355,21 +359,21 @@ def synthesize(
     >>> numpyro.enable_x64()
     >>> net = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])
     >>> point = MarkovRandomField(net, jax.numpy.zeros(net.num_params))
-    >>> df = synthesize(point, 100, rng=0, categories={"a": ["no", "yes"]})
+    >>> df = synthesize(point, 100, rng_key=0, categories={"a": ["no", "yes"]})
     >>> df.shape, list(df.columns), df["a"].dtype.name
     ((100, 2), ['a', 'b'], 'category')
 
     From posterior draws, one data set per draw; here a batch of ten models stands in for
     ``mcmc = run_nuts(noisy_marginals_model(net, measurements, N), key)``, which is passed the
-    same way (``synthesize(mcmc, None, num_datasets=10, rng=0)``, ``N`` records each):
+    same way (``synthesize(mcmc, None, num_datasets=10, rng_key=0)``, ``N`` records each):
 
     >>> draws = MarkovRandomField(net, jax.random.normal(jax.random.key(1), (10, net.num_params)))
-    >>> sets = synthesize(draws, 100, num_datasets=5, rng=0)
+    >>> sets = synthesize(draws, 100, num_datasets=5, rng_key=0)
     >>> len(sets), sets[0].shape
     (5, (100, 2))
     """
-    frames = iter_synthetic(source, num_records, num_datasets, rng=rng, categories=categories,
-                            columns=columns, network=network, site=site,
+    frames = iter_synthetic(source, num_records, num_datasets, rng_key=rng_key,
+                            categories=categories, columns=columns, network=network, site=site,
                             drop_unmodelled=drop_unmodelled)
     out = list(frames)
     return out[0] if _is_point(source) and num_datasets == 1 else out
@@ -387,12 +391,13 @@ def _is_point(source: Any) -> bool:
     return isinstance(source, MarkovRandomField) and not source.batch_shape
 
 
+@renamed_keywords({"rng": "rng_key"})
 def iter_synthetic(
     source: Any,
     num_records: int | None,
     num_datasets: int = 1,
     *,
-    rng: Any,
+    rng_key: Any,
     categories: Any = None,
     columns: Sequence[str] | None = None,
     network: MarkovNetwork | None = None,
@@ -401,12 +406,12 @@ def iter_synthetic(
 ) -> Iterator[pd.DataFrame]:
     """The data sets of :func:`synthesize`, one at a time (same arguments).
 
-    Data set ``j`` is drawn with the key ``fold_in(rng, j)`` when it is asked for, so a caller
+    Data set ``j`` is drawn with the key ``fold_in(rng_key, j)`` when it is asked for, so a caller
     that writes each one before asking for the next (``dpgm synth``) holds one data set in
     memory, whatever ``num_datasets``. All checks run before the first data set is drawn.
     """
     num_datasets = _check_count(num_datasets, "num_datasets")
-    key = _key(rng)
+    key = _key(rng_key)
     source = _unwrap(source)
     if _is_point(source):
         mrf, point = source, True
@@ -430,11 +435,11 @@ def iter_synthetic(
     if free and drop_unmodelled:
         cols = [a for a in cols if a not in free]
     elif free:
-        warnings.warn(
+        warn(
             f"attribute(s) {free} are in no clique of the model (no released table measured "
             "them): sampled uniformly over their values, independently of the other attributes "
             "(the maximum-entropy choice given no measurement); pass drop_unmodelled=True to "
-            "leave them out", UnmodelledAttributesWarning, stacklevel=3)
+            "leave them out", UnmodelledAttributesWarning)
     if point:
         models = [mrf] * num_datasets
     else:

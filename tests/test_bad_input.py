@@ -150,7 +150,7 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
                                                    weights=[1, 2, 1, 1]),
      ValueError, "per-person bound"),
     ("simulate-no-key", lambda: simulate_release(X, NET, 1.0, None, domain=D), ValueError,
-     "needs rng=, a JAX PRNG key"),
+     "needs rng_key=, a JAX PRNG key"),
     ("simulate-sampler", lambda: simulate_release(X, NET, 1.0, KEY, domain=D, sampler="jax"),
      TypeError, "fixes sampler='jax'"),
     # budgets and ledger
@@ -570,9 +570,9 @@ def test_synthesize_marks_data_sets_with_the_release_size() -> None:
           Measurement(("b", "c"), np.full(6, 10.0), Laplace(1.0))]
     fit = run_svi(noisy_marginals_model(QUIET_NET, ms, 60), jax.random.key(0), num_steps=5,
                   num_samples=4)
-    sets = synthesize(fit, 30, num_datasets=2, rng=0)  # 30 records of a release of N = 60
+    sets = synthesize(fit, 30, num_datasets=2, rng_key=0)  # 30 records of a release of N = 60
     assert [s.attrs["total_count"] for s in sets] == [60.0, 60.0]
     assert _size_ratio(sets) == pytest.approx(0.5)
     # a point estimate does not know N: nothing is claimed
-    point = synthesize(MarkovRandomField(QUIET_NET, jnp.zeros(12)), 30, rng=0)
+    point = synthesize(MarkovRandomField(QUIET_NET, jnp.zeros(12)), 30, rng_key=0)
     assert "total_count" not in point.attrs

@@ -277,9 +277,9 @@ def test_help_everywhere():
 
 
 def test_bench_needs_a_source_checkout(monkeypatch, tmp_path):
-    import numpyro_dpgm.cli as cli
+    from numpyro_dpgm.cli import _jobs
 
-    monkeypatch.setattr(cli, "_source_root", lambda: tmp_path)
+    monkeypatch.setattr(_jobs, "_source_root", lambda: tmp_path)
     _fails(["bench"], "source checkout")
 
 
@@ -464,7 +464,7 @@ def test_error_messages_keep_square_brackets(tmp_path):
 
 
 def test_table_writes_are_atomic(tmp_path, monkeypatch):
-    import numpyro_dpgm.cli as cli
+    from numpyro_dpgm.cli._common import _write_table
 
     frame = pd.DataFrame({"a": range(1000)})
     target = tmp_path / "s.csv"
@@ -476,11 +476,11 @@ def test_table_writes_are_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", broken)
     with pytest.raises(OSError, match="disk full"):
-        cli._write_table(frame, target)
+        _write_table(frame, target)
     assert target.read_text() == "old" and sorted(tmp_path.iterdir()) == [target]
     monkeypatch.undo()
     # the temporary file has the output's suffix, so a .csv.gz comes out gzip-compressed
-    cli._write_table(frame, tmp_path / "s.csv.gz")
+    _write_table(frame, tmp_path / "s.csv.gz")
     assert (tmp_path / "s.csv.gz").read_bytes()[:2] == b"\x1f\x8b"
     assert pd.read_csv(tmp_path / "s.csv.gz")["a"].tolist() == list(range(1000))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv", "s.csv.gz"]
@@ -489,7 +489,7 @@ def test_table_writes_are_atomic(tmp_path, monkeypatch):
 def test_posterior_data_set_names_are_zero_padded_everywhere():
     """One naming scheme: OUT numbered 1..m, zero-padded to the width of m; the help, the README
     and docs/cli.md say the same."""
-    from numpyro_dpgm.cli import _numbered
+    from numpyro_dpgm.cli._synth import _numbered
 
     assert [_numbered(Path("synth.csv"), i, 20).name for i in (1, 20)] == ["synth-01.csv",
                                                                            "synth-20.csv"]
@@ -507,7 +507,7 @@ def test_posterior_data_set_names_are_zero_padded_everywhere():
 def test_demo_default_folder_is_its_own(tmp_path, monkeypatch):
     """The README's demo command runs again: the default folder is rewritten, a named one is
     not (checked before any work, so the refusal costs nothing)."""
-    from numpyro_dpgm import cli
+    from numpyro_dpgm.cli import _jobs
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "outputs" / "demo").mkdir(parents=True)
@@ -517,7 +517,7 @@ def test_demo_default_folder_is_its_own(tmp_path, monkeypatch):
                         lambda *a, **k: calls.append(a[1]) or (_ for _ in ()).throw(
                             RuntimeError("stop after the checks")))
     result = runner.invoke(app, ["demo", "--seed", "0"])
-    assert calls == [cli.DEMO_OUT]  # no refusal: the run started in the default folder
+    assert calls == [_jobs.DEMO_OUT]  # no refusal: the run started in the default folder
     result = runner.invoke(app, ["demo", "--seed", "0", "--out", "outputs/demo"])
     assert result.exit_code == 2 and "give --force" in result.output
 
@@ -549,12 +549,12 @@ def test_release_size_is_checked_and_sparse_tables_warned(tmp_path):
 def test_progress_lines_when_the_output_is_not_a_terminal(tmp_path, monkeypatch):
     """Without a terminal (a pipe, a log file) every stage prints plain lines: its start, its
     updates with the time left, and its end with the time taken."""
-    from numpyro_dpgm import cli
+    from numpyro_dpgm.cli import _progress
 
     meas, model = tmp_path / "m.json", tmp_path / "model.json"
     _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "-o", meas, *CLIQUES, "--epsilon", "1",
          "--seed", "0"])
-    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.0)  # every update gives a line
+    monkeypatch.setattr(_progress, "PROGRESS_EVERY", 0.0)  # every update gives a line
     output = _ok(["fit", meas, "--method", "prox-pgm", "--iters", "300", "-o", model])
     lines = [line for line in output.splitlines() if line.startswith("progress: ")]
     assert lines[0] == "progress: prox-pgm …"
@@ -563,3 +563,21 @@ def test_progress_lines_when_the_output_is_not_a_terminal(tmp_path, monkeypatch)
     output = _ok(["synth", model, "--records", "50", "--seed", "0", "-o", tmp_path / "s.csv"])
     assert "progress: sampling 50 records …" in output
     assert re.search(r"progress: sampling 50 records: done in", output)
+
+
+def test_fit_lists_every_registered_estimator() -> None:
+    """``dpgm fit --method`` spells the registry out (so that ``--help`` needs no JAX)."""
+    from numpyro_dpgm.cli._fit import ESTIMATOR_NAMES
+    from numpyro_dpgm.estimation import ESTIMATORS
+
+    assert ESTIMATOR_NAMES == tuple(ESTIMATORS)
+
+
+def test_help_does_not_import_jax() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from numpyro_dpgm.cli import app; "
+            "print('jax' in sys.modules, 'numpyro' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

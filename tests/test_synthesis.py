@@ -23,7 +23,7 @@ def _codes(df: pd.DataFrame) -> np.ndarray:
 def test_point_estimate_frequencies_match_the_exact_joint():
     ref = reference("chain3")
     mrf = MarkovRandomField(ref.network, ref.theta)
-    df = synthesize(mrf, 20_000, rng=0)
+    df = synthesize(mrf, 20_000, rng_key=0)
     assert isinstance(df, pd.DataFrame)
     assert list(df.columns) == list(ref.network.domain.attrs) and len(df) == 20_000
     assert all(df[c].dtype == np.int64 for c in df.columns)
@@ -33,7 +33,7 @@ def test_point_estimate_frequencies_match_the_exact_joint():
 
 def test_several_data_sets_from_a_point_estimate_are_independent_draws():
     ref = reference("chain3")
-    frames = synthesize(MarkovRandomField(ref.network, ref.theta), 5_000, num_datasets=3, rng=1)
+    frames = synthesize(MarkovRandomField(ref.network, ref.theta), 5_000, num_datasets=3, rng_key=1)
     assert isinstance(frames, list) and len(frames) == 3
     assert not frames[0].equals(frames[1])
     pooled = np.concatenate([_codes(f) for f in frames])
@@ -46,8 +46,8 @@ def test_categories_round_trip_and_column_selection():
     a, b, c = net.domain.attrs
     labels = {a: ["no", "yes"], c: ["w", "x", "y", "z"]}
     mrf = MarkovRandomField(net, ref.theta)
-    plain = synthesize(mrf, 500, rng=7)
-    labelled = synthesize(mrf, 500, rng=7, categories=labels)
+    plain = synthesize(mrf, 500, rng_key=7)
+    labelled = synthesize(mrf, 500, rng_key=7, categories=labels)
     assert isinstance(labelled[a].dtype, pd.CategoricalDtype)
     assert list(labelled[a].cat.categories) == ["no", "yes"]
     assert labelled[b].dtype == np.int64  # no labels given: codes
@@ -58,14 +58,14 @@ def test_categories_round_trip_and_column_selection():
     for clique in net.cliques:
         np.testing.assert_array_equal(count(labelled, [clique], net.domain)[clique],
                                       count(plain, [clique], net.domain)[clique])
-    sub = synthesize(mrf, 10, rng=7, columns=[c, a], categories=labels)
+    sub = synthesize(mrf, 10, rng_key=7, columns=[c, a], categories=labels)
     assert list(sub.columns) == [c, a]
 
     class Encoding:  # anything with a .categories mapping
         categories = labels
 
-    assert synthesize(mrf, 10, rng=7, categories=Encoding()).equals(
-        synthesize(mrf, 10, rng=7, categories=labels))
+    assert synthesize(mrf, 10, rng_key=7, categories=Encoding()).equals(
+        synthesize(mrf, 10, rng_key=7, categories=labels))
 
 
 @pytest.mark.parametrize("name", DECOMPOSABLE)
@@ -90,15 +90,15 @@ def test_posterior_draws_give_one_data_set_per_draw():
     draws = np.full((4, 6), -20.0)
     for j in range(4):
         draws[j, (j % 2) * 3 + j % 3] = 0.0
-    frames = synthesize({"theta": draws}, 200, num_datasets=2, rng=0, network=net)
+    frames = synthesize({"theta": draws}, 200, num_datasets=2, rng_key=0, network=net)
     # evenly spaced draws 0 and 3
     assert (frames[0][["a", "b"]].to_numpy() == [0, 0]).all()
     assert (frames[1][["a", "b"]].to_numpy() == [1, 0]).all()
     # the same draws as a batched MarkovRandomField, and through the "n" site
-    batched = synthesize(MarkovRandomField(net, draws), 200, num_datasets=2, rng=0)
+    batched = synthesize(MarkovRandomField(net, draws), 200, num_datasets=2, rng_key=0)
     assert all(f.equals(g) for f, g in zip(frames, batched, strict=True))
     n = np.exp(draws) / np.exp(draws).sum(1, keepdims=True) * 50
-    from_n = synthesize({"n": n}, 200, num_datasets=4, rng=0, network=net, site="n")
+    from_n = synthesize({"n": n}, 200, num_datasets=4, rng_key=0, network=net, site="n")
     assert (from_n[2][["a", "b"]].to_numpy() == [0, 2]).all()
 
 
@@ -122,7 +122,7 @@ def test_nuts_fit_is_synthesised_with_its_own_network_and_size():
     ms = simulate_release(records, net, 1.0, jax.random.key(0), domain=net.domain)
     model = noisy_marginals_model(net, ms, len(records))
     mcmc = run_nuts(model, jax.random.key(1), num_warmup=30, num_samples=20, num_chains=1)
-    frames = synthesize(mcmc, None, num_datasets=3, rng=2, categories={"a": ["x", "y"]})
+    frames = synthesize(mcmc, None, num_datasets=3, rng_key=2, categories={"a": ["x", "y"]})
     assert len(frames) == 3 and all(len(f) == 40 for f in frames)
     assert list(frames[0]["a"].cat.categories) == ["x", "y"]
 
@@ -132,35 +132,35 @@ def test_bad_input_errors():
     mrf = MarkovRandomField(ref.network, ref.theta)
     a = ref.network.domain.attrs[0]
     with pytest.raises(ValueError, match="num_records must be a positive integer"):
-        synthesize(mrf, 0, rng=0)
+        synthesize(mrf, 0, rng_key=0)
     with pytest.raises(ValueError, match="num_datasets must be a positive integer"):
-        synthesize(mrf, 5, num_datasets=1.5, rng=0)
-    with pytest.raises(TypeError, match="rng must be"):
-        synthesize(mrf, 5, rng="seed")
+        synthesize(mrf, 5, num_datasets=1.5, rng_key=0)
+    with pytest.raises(TypeError, match="rng_key must be"):
+        synthesize(mrf, 5, rng_key="seed")
     with pytest.raises(ValueError, match="has 3 labels but the domain gives"):
-        synthesize(mrf, 5, rng=0, categories={a: ["p", "q", "r"]})
+        synthesize(mrf, 5, rng_key=0, categories={a: ["p", "q", "r"]})
     with pytest.raises(ValueError, match="repeated labels"):
-        synthesize(mrf, 5, rng=0, categories={a: ["p", "p"]})
+        synthesize(mrf, 5, rng_key=0, categories={a: ["p", "p"]})
     with pytest.raises(KeyError, match="not in the domain"):
-        synthesize(mrf, 5, rng=0, categories={"nope": ["p"]})
+        synthesize(mrf, 5, rng_key=0, categories={"nope": ["p"]})
     with pytest.raises(KeyError, match="not attributes of the domain"):
-        synthesize(mrf, 5, rng=0, columns=["nope"])
+        synthesize(mrf, 5, rng_key=0, columns=["nope"])
     with pytest.raises(TypeError, match="pass network="):
-        synthesize({"theta": np.zeros((3, ref.network.num_params))}, 5, rng=0)
+        synthesize({"theta": np.zeros((3, ref.network.num_params))}, 5, rng_key=0)
     with pytest.raises(ValueError, match="exceeds the 3 posterior draws"):
-        synthesize({"theta": np.zeros((3, ref.network.num_params))}, 5, num_datasets=4, rng=0,
+        synthesize({"theta": np.zeros((3, ref.network.num_params))}, 5, num_datasets=4, rng_key=0,
                    network=ref.network)
     with pytest.raises(KeyError, match="no draws of site 'theta'"):
-        synthesize({"mu": np.zeros((3, 2))}, 5, rng=0, network=ref.network)
+        synthesize({"mu": np.zeros((3, 2))}, 5, rng_key=0, network=ref.network)
     with pytest.raises(ValueError, match="site must be one of"):
-        synthesize({"theta": np.zeros((3, 2))}, 5, rng=0, network=ref.network, site="mu")
+        synthesize({"theta": np.zeros((3, 2))}, 5, rng_key=0, network=ref.network, site="mu")
     with pytest.raises(ValueError, match="theta draws have shape"):
-        synthesize({"theta": np.zeros((3, 2))}, 5, rng=0, network=ref.network)
+        synthesize({"theta": np.zeros((3, 2))}, 5, rng_key=0, network=ref.network)
     with pytest.raises(TypeError, match="pass num_records="):
-        synthesize({"theta": np.zeros((3, ref.network.num_params))}, None, rng=0,
+        synthesize({"theta": np.zeros((3, ref.network.num_params))}, None, rng_key=0,
                    network=ref.network)
     with pytest.raises(TypeError, match="cannot read posterior draws"):
-        synthesize(object(), 5, rng=0, network=ref.network)
+        synthesize(object(), 5, rng_key=0, network=ref.network)
     with pytest.raises(ValueError, match="zero or negative cells"):
         theta_from_counts(ref.network, np.zeros(ref.network.num_params))
 
@@ -177,7 +177,7 @@ def test_attributes_in_no_clique_are_kept_uniform_with_a_warning():
     mrf = MarkovRandomField(net, theta)
     assert unmodelled_attributes(net) == ["c"]
     with pytest.warns(UnmodelledAttributesWarning, match=r"\['c'\] are in no clique.*uniformly"):
-        df = synthesize(mrf, 8000, rng=0, categories={"c": ["w", "x", "y", "z"]})
+        df = synthesize(mrf, 8000, rng_key=0, categories={"c": ["w", "x", "y", "z"]})
     assert list(df.columns) == ["a", "c", "b"]
     shares = df["c"].value_counts(normalize=True)
     assert set(shares.index) == {"w", "x", "y", "z"} and np.abs(shares - 0.25).max() < 0.02
@@ -185,8 +185,8 @@ def test_attributes_in_no_clique_are_kept_uniform_with_a_warning():
     assert np.abs(by_a.loc[0] - by_a.loc[1]).max() < 0.04
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        kept = synthesize(mrf, 10, rng=0, drop_unmodelled=True)
-        sets = synthesize(MarkovRandomField(net, jax.numpy.stack([theta, theta])), 10, 2, rng=0,
+        kept = synthesize(mrf, 10, rng_key=0, drop_unmodelled=True)
+        sets = synthesize(MarkovRandomField(net, jax.numpy.stack([theta, theta])), 10, 2, rng_key=0,
                           drop_unmodelled=True)
     assert list(kept.columns) == ["a", "b"] and all(list(s.columns) == ["a", "b"] for s in sets)
 
@@ -207,14 +207,14 @@ def test_iter_synthetic_draws_one_data_set_at_a_time(monkeypatch):
                         lambda self, key, shape=(): calls.append(shape) or original(self, key,
                                                                                     shape))
     with pytest.raises(ValueError, match="exceeds the 4 posterior draws"):
-        iter_synthetic(draws, 10, 5, rng=0)  # refused before anything is drawn
-    frames = iter_synthetic(draws, 10, 3, rng=0)
+        iter_synthetic(draws, 10, 5, rng_key=0)  # refused before anything is drawn
+    frames = iter_synthetic(draws, 10, 3, rng_key=0)
     assert calls == []
     first = next(frames)
     assert calls == [(10,)] and first.shape == (10, 2)
     rest = list(frames)
     assert len(rest) == 2 and calls == [(10,)] * 3
     # synthesize is the same draws, collected
-    again = synthesize(draws, 10, 3, rng=0)
+    again = synthesize(draws, 10, 3, rng_key=0)
     for a, b in zip([first, *rest], again, strict=True):
         pd.testing.assert_frame_equal(a, b)

@@ -1,6 +1,7 @@
 """Estimators: plain functions from measurements (and options) to a :class:`Result`."""
 
 from ..infer.mstep import m_step
+from ..inference.oracles import ExactOracle, MarginalOracle
 from ..measurements import estimate_total
 from .cgm_em import cgm_em, em_start
 from .contract import ESTIMATORS
@@ -17,7 +18,7 @@ from .private_mrf import (
     pmw_parities,
     stable_mode,
 )
-from .prox_pgm import ExactOracle, MarginalOracle, answer_queries, prox_pgm
+from .prox_pgm import answer_queries, prox_pgm
 from .psgd import UnreachableEpsilonError, calibrate_noise_multiplier, psgd
 from .result import Result
 from .variational_em import latent_counts_model, variational_em

@@ -31,8 +31,8 @@ parameters that followed it, and the keywords ``network``, ``key``, ``rng``, ``i
 
 from __future__ import annotations
 
-import functools
 import math
+import numbers
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -41,14 +41,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._deprecation import old_spellings
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Domain
 from ..measurements import Measurement, estimate_total
 from ..network import MarkovNetwork
+from ..privacy.guarantees import ZCDP, ApproxDP, PureDP
 
 __all__ = [
     "ESTIMATORS",
     "UnknownAttributeError",
+    "approx_budget",
     "check_attributes",
     "estimator",
     "learner",
@@ -84,7 +87,7 @@ def estimator(name: str, legacy_positional: Sequence[str] = ("total_count",),
     """
 
     def decorate(fn: Callable) -> Callable:
-        wrapper = _old_spellings(fn, 2, legacy_positional, dict(RENAMED, **(renamed or {})))
+        wrapper = old_spellings(fn, 2, legacy_positional, dict(RENAMED, **(renamed or {})))
         ESTIMATORS[name] = wrapper
         return wrapper
 
@@ -114,44 +117,9 @@ def learner(legacy_positional: Sequence[str] = ("privacy",), *, budget_second: b
         return 1 if old else 2
 
     def decorate(fn: Callable) -> Callable:
-        return _old_spellings(fn, start, legacy_positional, names)
+        return old_spellings(fn, start, legacy_positional, names)
 
     return decorate
-
-
-def _old_spellings(fn: Callable, start: int | Callable[[tuple, dict], int],
-                   legacy_positional: Sequence[str], names: Mapping[str, str]) -> Callable:
-    """``fn`` that maps positional arguments from index ``start`` on to the keywords
-    ``legacy_positional`` and old keywords to ``names[old]``, warning about each."""
-    qualified = fn.__name__
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        first = start(args, kwargs) if callable(start) else start
-        if len(args) > first:
-            extra = args[first:]
-            if len(extra) > len(legacy_positional):
-                raise TypeError(f"{qualified}() takes {first} positional arguments but "
-                                f"{len(args)} were given")
-            for old, value in zip(legacy_positional, extra, strict=False):
-                new = names.get(old, old)
-                if new in kwargs:
-                    raise TypeError(f"{qualified}() got multiple values for {new!r}")
-                warnings.warn(
-                    f"{qualified}(): passing {old!r} by position is deprecated; pass it as "
-                    f"the keyword {new}=...", DeprecationWarning, stacklevel=2)
-                kwargs[new] = value
-            args = args[:first]
-        for old in [k for k in kwargs if k in names]:
-            new = names[old]
-            if new in kwargs:
-                raise TypeError(f"{qualified}() got both {old!r} (deprecated) and {new!r}")
-            warnings.warn(f"{qualified}(): the keyword {old!r} is deprecated; use {new}=...",
-                          DeprecationWarning, stacklevel=2)
-            kwargs[new] = kwargs.pop(old)
-        return fn(*args, **kwargs)
-
-    return wrapper
 
 
 def network_from_measurements(
@@ -286,3 +254,30 @@ def stochastic_key(rng_key: Any, name: str, stacklevel: int = 4) -> Any:
 def total_extras(total: float, estimated: bool) -> dict[str, Any]:
     """The ``extras`` entries every estimator records about ``N``."""
     return {"total_count": total, "total_count_estimated": estimated}
+
+
+def approx_budget(budget: Any, delta: Any, name: str,
+                  default_delta: float | None = None) -> ApproxDP | None:
+    """The ``(ε, δ)`` budget of a learner whose guarantee is approximate DP.
+
+    ``budget`` is an :class:`~numpyro_dpgm.privacy.guarantees.ApproxDP`, a bare ``ε`` (then
+    ``δ`` is ``delta``, else ``default_delta``), or ``None`` (a non-private run, no ``δ``
+    needed). ``delta`` may not contradict the δ of an ``ApproxDP`` budget.
+    """
+    if budget is None:
+        return None
+    if isinstance(budget, ApproxDP):
+        if delta is not None and float(delta) != budget.delta:
+            raise ValueError(f"{name}(): delta={delta!r} contradicts budget={budget!r}; give δ "
+                             "once, in budget=ApproxDP(epsilon, delta)")
+        return budget
+    if isinstance(budget, PureDP | ZCDP):
+        raise TypeError(f"{name}() gives (ε, δ)-DP: pass budget=ApproxDP(epsilon, delta), not "
+                        f"{type(budget).__name__}")
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
+        raise TypeError(f"{name}(): budget must be ApproxDP(epsilon, delta), a number ε or "
+                        f"None; got {budget!r}")
+    delta = default_delta if delta is None else delta
+    if delta is None:
+        raise ValueError(f"{name}() needs δ: pass budget=ApproxDP(epsilon, delta)")
+    return ApproxDP(float(budget), float(delta))

@@ -39,9 +39,12 @@ stopped improving, until the smoothing gap ``s·m/2`` (``m`` L1 answers) is belo
 ``loss_trace`` reports the exact L1 loss; the smoothed objective is non-increasing within each
 level.
 
-The marginal oracle is pluggable (:class:`MarginalOracle`): the exact junction tree
-(:class:`ExactOracle`) or an approximate oracle carrying a warm-startable state, such as
-Convex-GBP on a region graph (Algorithm 2), which turns Prox-PGM into APPGM (Theorem 2).
+The marginal oracle is pluggable (:class:`~numpyro_dpgm.inference.oracles.MarginalOracle`):
+the exact junction tree (:class:`~numpyro_dpgm.inference.oracles.ExactOracle`) or an
+approximate oracle carrying a warm-startable state, such as Convex-GBP on a region graph
+(Algorithm 2), which turns Prox-PGM into APPGM (Theorem 2). This module checks the input and
+builds the loss, the oracle and the start point; the iterations themselves are
+:func:`~numpyro_dpgm.estimation.mirror_descent.mirror_descent`.
 
 Out-of-model queries (Problem 4) are answered from the fitted model itself: with an exact
 oracle the fitted ``p_θ̂`` is a proper distribution, and the marginal of any attribute set is
@@ -51,26 +54,22 @@ computed exactly on the junction tree of the model augmented with a zero potenti
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import partial
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._precision import warn_if_float32
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
-from ..inference import calibration
 from ..inference import junction_tree as jt
-from ..inference.gbp import ConvexGBPOracle
+from ..inference.oracles import ORACLES, ExactOracle, MarginalOracle, resolve_oracle
 from ..measurements import Measurement, estimate_total
 from ..network import MarkovNetwork
-from ..tables import CliqueTables, project_table
+from ..tables import CliqueTables
 from .contract import (
     check_attributes,
     check_max_iters,
@@ -80,14 +79,8 @@ from .contract import (
     resolve_total,
     total_extras,
 )
-from .losses import (
-    LossTerm,
-    build_terms,
-    check_measurements,
-    lipschitz_bound,
-    measurement_loss,
-    terms_loss,
-)
+from .losses import build_terms, check_measurements, lipschitz_bound, measurement_loss
+from .mirror_descent import ARMIJO_C, MarginalLoss, ProxPGMState, mirror_descent
 from .naive import fit_mle
 from .result import Result
 
@@ -104,123 +97,6 @@ __all__ = [
 ]
 
 Array = Any
-
-#: Sufficient-decrease constant of the Armijo test ``L(μ) − L(μ') ≥ c·⟨∇L(μ), μ − μ'⟩``.
-ARMIJO_C = 0.5
-#: Step-size growth after an accepted step and shrink factor after a rejected one.
-_GROW, _SHRINK = 1.01, 0.5
-
-
-# ------------------------------------------------------------------------------------------------
-# Marginal oracles
-# ------------------------------------------------------------------------------------------------
-@runtime_checkable
-class MarginalOracle(Protocol):
-    """What Prox-PGM needs from a marginal oracle (seed 003, Algorithm 1 "Marginal-Oracle").
-
-    An oracle is bound to a network and is hashable (it is static data of the jitted loop).
-
-    Attributes
-    ----------
-    network : MarkovNetwork
-        The cliques and parameter layout of ``theta`` and of the returned marginals.
-
-    Methods
-    -------
-    init_state() -> pytree
-        The oracle's initial state (``()`` for a stateless oracle; messages for Convex-GBP).
-    __call__(theta, state) -> (mu, log_z, state)
-        ``theta``: flat log-potentials in the network's layout. ``mu``: the (pseudo-)marginals
-        of every network clique, flat in the same layout, each table summing to 1. ``log_z``:
-        the log-partition function (or its approximation). ``state``: the state to warm-start
-        the next call from. Pure and traceable under ``jit``.
-    """
-
-    network: MarkovNetwork
-
-    def init_state(self) -> Any: ...
-
-    def __call__(self, theta: Array, state: Any) -> tuple[Array, Array, Any]: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class ExactOracle:
-    """Exact marginals by log-space sum-product on the junction tree (stateless).
-
-    Parameters
-    ----------
-    network : MarkovNetwork
-    method : {"min_fill", "min_size"}
-        Triangulation heuristic of the junction tree.
-    """
-
-    network: MarkovNetwork
-    method: str = "min_fill"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.network, MarkovNetwork):
-            raise TypeError(f"network must be a MarkovNetwork, got {type(self.network).__name__}")
-        if self.method not in ("min_fill", "min_size"):
-            raise ValueError(
-                f"unknown triangulation method {self.method!r}; use 'min_fill' or 'min_size'"
-            )
-
-    def init_state(self) -> tuple[()]:
-        return ()
-
-    def __call__(self, theta: Array, state: Any) -> tuple[Array, Array, Any]:
-        net = self.network
-        tree = jt.build_junction_tree(net, self.method)
-        cal = calibration.calibrate(tree, calibration.clique_log_potentials(tree, net, theta))
-        parts = []
-        for c in net.cliques:
-            i = tree.containing(c)
-            logp = cal.log_beliefs[i] - cal.log_z
-            table = jnp.exp(project_table(logp, tree.cliques[i], c, log=True))
-            parts.append(jnp.ravel(table))
-        mu = jnp.concatenate(parts) if parts else jnp.zeros(0, dtype=jnp.result_type(theta))
-        return mu, cal.log_z, state
-
-
-#: Oracles selectable by name: ``name -> factory(network) -> MarginalOracle``.
-#: Oracles by name: ``"exact"`` (junction tree) and ``"convex_gbp"`` (Convex-GBP on the saturated
-#: region graph with counting numbers 1, one warm-started sweep per step: APPGM, seed 003 §4).
-ORACLES: dict[str, Callable[[MarkovNetwork], MarginalOracle]] = {
-    "exact": ExactOracle,
-    "convex_gbp": ConvexGBPOracle,
-}
-
-
-def _resolve_oracle(
-    oracle: str | MarginalOracle | Callable[[MarkovNetwork], MarginalOracle],
-    network: MarkovNetwork,
-) -> MarginalOracle:
-    if isinstance(oracle, str):
-        if oracle not in ORACLES:
-            raise ValueError(f"unknown oracle {oracle!r}; available: {sorted(ORACLES)}")
-        built = ORACLES[oracle](network)
-    elif isinstance(oracle, MarginalOracle):
-        built = oracle
-    elif callable(oracle):
-        built = oracle(network)
-    else:
-        raise TypeError(
-            "oracle must be a name, a MarginalOracle or a factory network -> MarginalOracle; "
-            f"got {type(oracle).__name__}"
-        )
-    if not isinstance(built, MarginalOracle):
-        raise TypeError(f"the oracle factory returned {type(built).__name__}, not a MarginalOracle")
-    if built.network != network:
-        raise ValueError(
-            f"the oracle is bound to {built.network!r}, but the model's network is {network!r}"
-        )
-    try:
-        hash(built)
-    except TypeError:
-        raise TypeError(
-            "the oracle must be hashable (it is static data of a jitted loop)"
-        ) from None
-    return built
 
 
 def _max_entropy_model(
@@ -239,264 +115,6 @@ def _max_entropy_model(
         return theta, "oracle"
     fit = fit_mle(network, pseudo, 1e-6, init=theta)
     return fit.model.theta, "max_entropy"
-
-
-# ------------------------------------------------------------------------------------------------
-# The mirror-descent loop
-# ------------------------------------------------------------------------------------------------
-class ProxPGMState(NamedTuple):
-    """Loop state of :func:`prox_pgm` (a pytree).
-
-    Attributes
-    ----------
-    theta : array ``(num_params,)``
-        Current log-potentials.
-    mu : array ``(num_params,)``
-        Count-scale (pseudo-)marginals ``N·μ(θ)`` of the network's cliques.
-    log_z : scalar
-        Log-partition function at ``theta`` (as given by the oracle).
-    objective, grad :
-        The loss being minimised (L1 terms smoothed at level ``smooth``) and its gradient.
-    loss : scalar
-        The exact loss ``L(mu)``.
-    alpha, initial_alpha : scalars
-        Current and initial step size.
-    smooth : scalar
-        Huber smoothing level of the L1 terms (``δ_M = smooth·b_M``; 0 without L1 terms).
-    stage_start : int
-        Iteration at which ``smooth`` last changed.
-    oracle_state : pytree
-        The oracle's warm-start state matching ``theta``.
-    t : int
-        Iterations done.
-    rejected : int
-        Rejected trial steps so far.
-    trace, objective_trace : arrays ``(iters + 1,)``
-        ``loss`` and ``objective`` after ``0..t`` iterations (NaN beyond ``t``).
-    converged : bool
-        Whether the stopping rule has fired.
-    """
-
-    theta: Array
-    mu: Array
-    log_z: Array
-    objective: Array
-    grad: Array
-    loss: Array
-    alpha: Array
-    initial_alpha: Array
-    smooth: Array
-    stage_start: Array
-    oracle_state: Any
-    t: Array
-    rejected: Array
-    trace: Array
-    objective_trace: Array
-    converged: Array
-
-
-@dataclasses.dataclass(frozen=True)
-class _Loss:
-    """The objective as a function of flat count-scale marginals (hashable: static under jit)."""
-
-    network: MarkovNetwork
-    terms: tuple[LossTerm, ...]
-    custom: Callable[[CliqueTables], Array] | None = None
-
-    def __call__(self, mu: Array, data: Any, smooth: Array) -> Array:
-        if self.custom is None:
-            return terms_loss(self.network, self.terms, mu, data, smooth)
-        return jnp.asarray(self.custom(self.network.unflatten(mu)))
-
-
-#: Smoothing level of the L1 terms at the start (``δ_M = b_M``), its reduction factor per stage,
-#: and the fraction of the smoothing gap below which a stage counts as solved.
-_SMOOTH0, _SMOOTH_SHRINK, _STAGE_FRACTION = 1.0, 0.5, 1e-6
-
-
-def _init_state(
-    oracle: MarginalOracle,
-    loss_fn: _Loss,
-    theta: Array,
-    oracle_state: Any,
-    data: Any,
-    total: Array,
-    smooth: Array,
-    trace: Array,
-) -> ProxPGMState:
-    """The state at ``theta`` (one oracle call); ``alpha`` is set by the caller."""
-    p, log_z, oracle_state = oracle(theta, oracle_state)
-    mu = total * p
-    objective, grad = jax.value_and_grad(loss_fn)(mu, data, smooth)
-    loss = loss_fn(mu, data, jnp.zeros_like(smooth))
-    zero = jnp.zeros((), dtype=jnp.int32)
-    return ProxPGMState(
-        theta=theta, mu=mu, log_z=log_z, objective=objective, grad=grad, loss=loss,
-        alpha=jnp.ones_like(smooth), initial_alpha=jnp.ones_like(smooth), smooth=smooth,
-        stage_start=zero, oracle_state=oracle_state,
-        t=zero, rejected=zero, trace=trace.at[0].set(loss),
-        objective_trace=trace.at[0].set(objective), converged=jnp.zeros((), dtype=bool),
-    )
-
-
-def _loop(
-    oracle: MarginalOracle,
-    loss_fn: _Loss,
-    state: ProxPGMState,
-    data: Any,
-    total: Array,
-    limit: Array,
-    tol: Array,
-    window: int,
-    num_l1: int,
-) -> ProxPGMState:
-    """Mirror-descent iterations with Armijo backtracking until ``t == limit`` or convergence.
-
-    One iteration: trial ``θ' = θ − α∇``, one oracle call, accept if
-    ``f(μ) − f(μ') ≥ c·⟨∇f(μ), μ − μ'⟩`` (then ``α ← 1.01α``), else keep ``θ`` and halve ``α``.
-    A stage (fixed smoothing level) ends when ``f`` decreased by at most ``thr`` over ``window``
-    iterations; ``thr = tol·max(1, |f|)``, raised to a fraction of the smoothing gap
-    ``smooth·num_l1/2`` while that gap is not yet below ``tol·max(1, |L|)``; then the level is
-    halved (so is ``α``, the curvature doubling), or, at the last level, the loop stops.
-    """
-
-    def cond(s: ProxPGMState) -> Array:
-        return (s.t < limit) & ~s.converged
-
-    def body(s: ProxPGMState) -> ProxPGMState:
-        theta_new = s.theta - s.alpha * s.grad
-        p_new, log_z_new, ostate_new = oracle(theta_new, s.oracle_state)
-        mu_new = total * p_new
-        obj_new, grad_new = jax.value_and_grad(loss_fn)(mu_new, data, s.smooth)
-        predicted = jnp.vdot(s.grad, s.mu - mu_new)  # ≥ 0: ∇A is monotone
-        accept = (
-            jnp.isfinite(obj_new)
-            & (obj_new <= s.objective)
-            & (s.objective - obj_new >= ARMIJO_C * predicted)
-        )
-
-        def pick(new: Any, old: Any) -> Any:
-            return jax.tree.map(lambda a, b: jnp.where(accept, a, b), new, old)
-
-        theta, mu, log_z, ostate = pick(
-            (theta_new, mu_new, log_z_new, ostate_new), (s.theta, s.mu, s.log_z, s.oracle_state)
-        )
-        objective = jnp.where(accept, obj_new, s.objective)
-        grad = pick(grad_new, s.grad)
-        alpha = jnp.where(accept, _GROW * s.alpha, _SHRINK * s.alpha)
-        t = s.t + 1
-        obj_trace = s.objective_trace.at[t].set(objective)
-        past = obj_trace[jnp.maximum(t - window, s.stage_start)]
-        if num_l1 == 0:  # smooth objective: it is the loss, no continuation
-            loss = objective
-            stalled = (t - s.stage_start >= window) & (
-                past - objective <= tol * jnp.maximum(1.0, jnp.abs(objective)))
-            final, switch, smooth = jnp.ones((), dtype=bool), jnp.zeros((), dtype=bool), s.smooth
-        else:
-            loss = jnp.where(accept, loss_fn(mu_new, data, jnp.zeros_like(s.smooth)), s.loss)
-            scale = jnp.maximum(1.0, jnp.abs(loss))
-            gap = 0.5 * s.smooth * num_l1
-            final = gap <= tol * scale
-            thr = jnp.where(final, tol * jnp.maximum(1.0, jnp.abs(objective)),
-                            jnp.maximum(tol * scale, _STAGE_FRACTION * gap))
-            stalled = (t - s.stage_start >= window) & (past - objective <= thr)
-            switch = stalled & ~final
-            smooth = jnp.where(switch, _SMOOTH_SHRINK * s.smooth, s.smooth)
-            obj_sw, grad_sw = jax.value_and_grad(loss_fn)(mu, data, smooth)
-            objective = jnp.where(switch, obj_sw, objective)
-            grad = jnp.where(switch, grad_sw, grad)
-            alpha = jnp.where(switch, _SMOOTH_SHRINK * alpha, alpha)
-        return ProxPGMState(
-            theta=theta,
-            mu=mu,
-            log_z=log_z,
-            objective=objective,
-            grad=grad,
-            loss=loss,
-            alpha=alpha,
-            initial_alpha=s.initial_alpha,
-            smooth=smooth,
-            stage_start=jnp.where(switch, t, s.stage_start),
-            oracle_state=ostate,
-            t=t,
-            rejected=s.rejected + (~accept).astype(s.rejected.dtype),
-            trace=s.trace.at[t].set(loss),
-            objective_trace=obj_trace.at[t].set(objective),
-            converged=stalled & final,
-        )
-
-    return jax.lax.while_loop(cond, body, state)
-
-
-def _buffer_length(iters: int) -> int:
-    """Length of the trace buffers: ``iters + 1`` rounded up to a power of two (at least 64),
-    so that calls with nearby iteration limits share one compiled program."""
-    return max(64, 1 << int(iters).bit_length())
-
-
-def _initial_step(loss_fn: _Loss, state: ProxPGMState, data: Any, total: Array) -> Array:
-    """``2/(λ·N)`` with ``λ`` the largest Hessian eigenvalue of the loss at the start.
-
-    Power iteration (30 Hessian-vector products by forward-over-reverse autodiff). For a loss
-    with no curvature there, ``1/(N·max|∇L|)`` (a first step that moves ``θ`` by at most 1).
-    """
-    zero = jnp.zeros((), dtype=state.mu.dtype)
-
-    def hvp(v: Array) -> Array:
-        return jax.jvp(lambda m: jax.grad(loss_fn)(m, data, zero), (state.mu,), (v,))[1]
-
-    def power(_: int, carry: tuple[Array, Array]) -> tuple[Array, Array]:
-        v, _est = carry
-        hv = hvp(v)
-        est = jnp.linalg.norm(hv)
-        return jnp.where(est > 0, hv / est, v), est
-
-    v0 = jnp.ones_like(state.mu) / math.sqrt(state.mu.size)
-    _, curv = jax.lax.fori_loop(0, 30, power, (v0, zero))
-    flat = 1.0 / (total * jnp.maximum(jnp.max(jnp.abs(state.grad)), 1e-300))
-    ok = jnp.isfinite(curv) & (curv > 0)
-    return jnp.where(ok, 2.0 / (jnp.where(ok, curv, 1.0) * total), flat)
-
-
-@partial(jax.jit, static_argnames=("oracle", "loss_fn", "window", "num_l1", "auto_step"))
-def _start(
-    oracle: MarginalOracle,
-    loss_fn: _Loss,
-    theta: Array,
-    oracle_state: Any,
-    data: Any,
-    total: Array,
-    smooth: Array,
-    alpha: Array,
-    trace: Array,
-    limit: Array,
-    tol: Array,
-    window: int,
-    num_l1: int,
-    auto_step: bool,
-) -> ProxPGMState:
-    """Initial state at ``theta`` and the first ``limit`` iterations (one compiled program)."""
-    state = _init_state(oracle, loss_fn, theta, oracle_state, data, total, smooth, trace)
-    if auto_step:
-        alpha = _initial_step(loss_fn, state, data, total)
-    state = state._replace(alpha=alpha, initial_alpha=alpha)
-    return _loop(oracle, loss_fn, state, data, total, limit, tol, window, num_l1)
-
-
-@partial(jax.jit, static_argnames=("oracle", "loss_fn", "window", "num_l1"))
-def _resume(
-    oracle: MarginalOracle,
-    loss_fn: _Loss,
-    state: ProxPGMState,
-    data: Any,
-    total: Array,
-    limit: Array,
-    tol: Array,
-    window: int,
-    num_l1: int,
-) -> ProxPGMState:
-    """Continue the iterations of ``state`` until ``t == limit`` or convergence."""
-    return _loop(oracle, loss_fn, state, data, total, limit, tol, window, num_l1)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -658,10 +276,10 @@ def prox_pgm(
     # -- loss, oracle, start point -----------------------------------------------------------
     kind = "auto" if custom is not None else loss
     terms, data = build_terms(network, measurements, kind)
-    loss_fn = _Loss(network, terms, custom)
+    loss_fn = MarginalLoss(network, terms, custom)
     if custom is not None:
         data = ()
-    the_oracle = _resolve_oracle(oracle, network)
+    the_oracle = resolve_oracle(oracle, network)
     dtype = jnp.result_type(float)
     theta0 = resolve_init(init, network)
     theta0 = (jnp.zeros(network.num_params, dtype=dtype) if theta0 is None
@@ -669,7 +287,7 @@ def prox_pgm(
 
     num_l1 = sum(int(d.values.size) for term, d in zip(terms, data, strict=False)
                  if term.kind == "l1") if custom is None else 0
-    auto_step = step_size is None and custom is not None
+    alpha0: float | None
     if step_size is not None:
         alpha0 = float(step_size)
         if not math.isfinite(alpha0) or alpha0 <= 0:
@@ -677,26 +295,13 @@ def prox_pgm(
     elif custom is None:
         alpha0 = 2.0 / (lipschitz_bound(network, terms, data) * total)
     else:
-        alpha0 = 0.0  # computed from the curvature at the start, inside the compiled program
+        alpha0 = None  # from the curvature at the start, inside the compiled program
 
     # -- iterate (in blocks when reporting progress) ------------------------------------------
-    block = iters if callback is None else int(callback_every)
-    static = {"oracle": the_oracle, "loss_fn": loss_fn, "window": int(window), "num_l1": num_l1}
-    total_arr, tol_arr = jnp.asarray(total, dtype), jnp.asarray(float(tol), dtype)
-    state = _start(
-        theta=theta0, oracle_state=the_oracle.init_state(), data=data, total=total_arr,
-        smooth=jnp.asarray(_SMOOTH0 if num_l1 else 0.0, dtype),
-        alpha=jnp.asarray(alpha0, dtype), trace=jnp.full(_buffer_length(iters), jnp.nan, dtype),
-        limit=jnp.asarray(min(iters, block)), tol=tol_arr, auto_step=auto_step, **static,
+    state = mirror_descent(
+        the_oracle, loss_fn, theta0, data, total, iters=iters, alpha=alpha0, num_l1=num_l1,
+        tol=tol, window=window, callback=callback, callback_every=callback_every,
     )
-    while True:
-        done = int(state.t)
-        if callback is not None:
-            callback(done, float(state.loss))
-        if done >= iters or bool(state.converged):
-            break
-        state = _resume(state=state, data=data, total=total_arr,
-                        limit=jnp.asarray(min(iters, done + block)), tol=tol_arr, **static)
 
     t = int(state.t)
     theta, model_fit = state.theta, "oracle"

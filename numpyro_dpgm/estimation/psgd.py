@@ -36,10 +36,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._precision import warn_if_float32
+from ..data import Dataset
 from ..distributions.mrf import MarkovRandomField
 from ..inference import junction_tree as jt
 from ..inference.mle import check_tie
 from ..network import MarkovNetwork
+from ..privacy.guarantees import ApproxDP
+from ..privacy.ledger import PrivacyLedger
+from .contract import approx_budget, learner, stochastic_key
 from .result import Result
 
 if TYPE_CHECKING:
@@ -226,13 +230,15 @@ def _run(network, tie_idx, num_free, data, key, theta0, steps, max_lot, rate, ex
 # ------------------------------------------------------------------------------------------------
 # the estimator
 # ------------------------------------------------------------------------------------------------
+@learner(legacy_positional=("epsilon", "delta"), budget_second=False)
 def psgd(
-    records: Any,
+    data: Any,
     network: MarkovNetwork,
-    epsilon: float | None,
-    delta: float | None = None,
     *,
-    key: Any,
+    budget: ApproxDP | float | None,
+    rng_key: Any = None,
+    ledger: PrivacyLedger | None = None,
+    delta: float | None = None,
     epochs: float = 5.0,
     lot_size: int | None = None,
     clip_norm: float | None = None,
@@ -248,16 +254,24 @@ def psgd(
 
     Parameters
     ----------
-    records : int array ``(N, num_attrs)``
+    data : int array ``(N, num_attrs)`` or Dataset
         One record per person (codes in domain order); the guarantee is per record.
     network : MarkovNetwork
-    epsilon : float or None
-        Target ε; ``None`` runs without noise (non-private, for tests and references) unless
-        ``noise_multiplier`` is given.
-    delta : float, optional
-        δ of the guarantee; default ``1/N`` (seed 002, §4.1).
-    key : JAX PRNG key
+        The model's structure (a learner of parameters needs its cliques; the learners of
+        structure take a domain in this place).
+    budget : ApproxDP, float or None
+        The target ``(ε, δ)``: an :class:`~numpyro_dpgm.privacy.ApproxDP`, or a bare ``ε``
+        with ``δ = delta`` (default ``1/N``, seed 002, §4.1). ``None`` runs without noise
+        (non-private, for tests and references) unless ``noise_multiplier`` is given.
+    rng_key : JAX PRNG key
         Lot sampling and noise (**simulation**: JAX's floating-point Gaussian sampler).
+        Without it ``jax.random.key(0)`` is used, with a ``DeprecationWarning``.
+    ledger : PrivacyLedger, optional
+        Debited with the accounted ``ApproxDP(ε, δ)`` of the run before the first step (an
+        ``"approx"`` ledger; a zCDP ledger cannot pay an (ε, δ) guarantee and refuses).
+    delta : float, optional
+        δ of the guarantee when ``budget`` is a bare ε or when ``noise_multiplier`` is
+        given; default ``1/N``.
     epochs : float
         Passes over the data: ``T = ceil(epochs·N/L)`` steps.
     lot_size : int, optional
@@ -302,14 +316,20 @@ def psgd(
     Raises
     ------
     UnreachableEpsilonError
-        if ``epsilon`` needs σ above ``max_noise_multiplier``.
+        if the target ε needs σ above ``max_noise_multiplier``.
+    BudgetExceededError
+        if ``ledger`` cannot pay the run; nothing is drawn.
     ValueError, TypeError
         for bad records, a bad budget or hyper-parameters.
     """
     start = time.perf_counter()
     if not isinstance(network, MarkovNetwork):
         raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
-    x = np.asarray(records)
+    if isinstance(data, Dataset):
+        if data.domain != network.domain:
+            raise ValueError("the Dataset's domain differs from the network's domain")
+        data = data.to_array()
+    x = np.asarray(data)
     d = len(network.domain)
     if x.ndim != 2 or x.shape[1] != d:
         raise ValueError(f"records must have shape (N, {d}), one column per attribute; got "
@@ -323,9 +343,14 @@ def psgd(
         bad = int(np.argmax(np.any((x < 0) | (x >= sizes), axis=1)))
         raise ValueError(f"record {bad} has a code outside the domain {dict(network.domain)}")
     n = x.shape[0]
-    delta = 1.0 / n if delta is None else float(delta)
+    target = approx_budget(budget, delta, "psgd", default_delta=1.0 / n)
+    delta = target.delta if target is not None else 1.0 / n if delta is None else float(delta)
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
+    if ledger is not None and not isinstance(ledger, PrivacyLedger):
+        raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
+    key = stochastic_key(rng_key, "psgd")
+    key = jax.random.key(int(key)) if isinstance(key, int | np.integer) else key
     _check_positive(epochs=epochs, learning_rate=learning_rate,
                     max_noise_multiplier=max_noise_multiplier)
     if not math.isfinite(l2) or l2 < 0:
@@ -345,19 +370,27 @@ def psgd(
         sigma = float(noise_multiplier)
         if not math.isfinite(sigma) or sigma < 0:
             raise ValueError(f"noise_multiplier must be finite and >= 0, got {sigma}")
-        if epsilon is not None:
-            raise ValueError("give either epsilon (σ is calibrated) or noise_multiplier")
-    elif epsilon is None:
+        if target is not None:
+            raise ValueError("give either budget (σ is calibrated) or noise_multiplier")
+    elif target is None:
         sigma = 0.0
     else:
-        _check_positive(epsilon=epsilon)
-        sigma = calibrate_noise_multiplier(float(epsilon), delta, rate, steps,
+        sigma = calibrate_noise_multiplier(target.epsilon, delta, rate, steps,
                                            accountant=accountant,
                                            max_noise_multiplier=max_noise_multiplier)
     if sigma > 0 and not math.isfinite(clip):
         raise ValueError("a private run needs a finite clip_norm")
     spent = (accounted_epsilon(sigma, rate, steps, delta, accountant) if sigma > 0
              else math.inf)
+    if ledger is not None:
+        if sigma == 0:
+            raise ValueError("a non-private run (budget=None, no noise) must not be given a "
+                             "ledger")
+        ledger.debit(ApproxDP(spent, delta), "psgd: DP-SGD on the MRF log-likelihood",
+                     {"mechanism": "Poisson-subsampled Gaussian (Abadi et al. 2016)",
+                      "noise_multiplier": sigma, "sampling_rate": rate, "steps": steps,
+                      "clip_norm": clip, "accountant": accountant,
+                      "neighbours": "add_remove", "sampler": "jax (simulation)"})
 
     dtype = jnp.result_type(float)
     if dtype == jnp.float32:

@@ -85,5 +85,5 @@ def demo_convergence(
                                   prior_scale=2.0)
     mcmc = run_nuts(model, jax.random.key(seed + 1), num_chains=num_chains,
                     num_warmup=num_warmup, num_samples=num_samples, chain_method=chain_method)
-    tree = to_inference_data(mcmc, model, key=jax.random.key(seed + 2))
+    tree = to_inference_data(mcmc, model, rng_key=jax.random.key(seed + 2))
     return DemoRun(convergence_report(tree), tree, mcmc, model, release)

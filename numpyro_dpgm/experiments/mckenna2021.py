@@ -49,9 +49,9 @@ import numpy as np
 
 from ..data import count, load_demo
 from ..domain import Domain
-from ..estimation.prox_pgm import ExactOracle, prox_pgm
+from ..estimation.prox_pgm import prox_pgm
 from ..inference import junction_tree as jt
-from ..inference.gbp import ConvexGBPOracle
+from ..inference.oracles import ConvexGBPOracle, ExactOracle
 from ..inference.region_graph import build_region_graph
 from ..measurements import Gaussian, Laplace, Measurement
 from ..network import MarkovNetwork

@@ -181,8 +181,8 @@ def _structure_study(
             key = jax.random.key(rep)
             found = {
                 "stable mode (eps,delta)-DP": learn_structure(
-                    z, epsilon, DELTA, min_edge_weight=eta, width=lam, key=key
-                ).edges,
+                    z, budget=ApproxDP(epsilon, DELTA), rng_key=key, min_edge_weight=eta,
+                    width=lam).edges,
                 "Alg. 2 + threshold, zCDP": _threshold_edges(
                     learn_ising(z, budget=rho, width=lam, rng_key=key).extras["A"], eta
                 ),
@@ -219,8 +219,8 @@ def _dimension_study(
             key = jax.random.key(rep)
             zcdp = learn_ising(codes, budget=rho, width=lam, rng_key=key, coding="code").extras["A"]
             nonpriv = learn_ising(codes, budget=None, width=lam, iterations=300, coding="code")
-            stable = learn_structure(codes, epsilon, DELTA, min_edge_weight=eta, width=lam,
-                                     key=key, coding="code").edges
+            stable = learn_structure(codes, budget=ApproxDP(epsilon, DELTA), rng_key=key,
+                                     min_edge_weight=eta, width=lam, coding="code").edges
             errs.append(_ising_error(zcdp, A))
             found = {
                 "stable mode (eps,delta)-DP": stable,

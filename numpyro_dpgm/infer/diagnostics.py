@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from numpyro.infer import MCMC, Predictive
 
+from .._deprecation import renamed_key
 from ..inference import junction_tree as jt
 from ..network import MarkovNetwork
 from .bayes import (
@@ -155,8 +156,9 @@ def clique_tables(
     return xr.Dataset(out)
 
 
+@renamed_key
 def posterior_predictive(
-    model: Any, samples: dict[str, Array], key: jax.Array, *model_args: Any,
+    model: Any, samples: dict[str, Array], rng_key: jax.Array, *model_args: Any,
     sites: Sequence[str] = ("y",), **model_kwargs: Any,
 ) -> dict[str, Array]:
     """Posterior predictive draws of the observed sites (``y`` left unobserved).
@@ -169,7 +171,7 @@ def posterior_predictive(
         leave its observed sites unobserved.
     samples : dict
         Posterior draws of the latent sites (``mcmc.get_samples()``), flat over chains.
-    key : JAX PRNG key
+    rng_key : JAX PRNG key
     sites : sequence of str
         The sites to return.
     """
@@ -177,16 +179,17 @@ def posterior_predictive(
         model_kwargs = {**model_kwargs, "y": None}
     latent = {k: v for k, v in samples.items() if k not in sites}
     pred = Predictive(model, posterior_samples=latent, return_sites=list(sites))
-    return dict(pred(key, *model_args, **model_kwargs))
+    return dict(pred(rng_key, *model_args, **model_kwargs))
 
 
+@renamed_key
 def to_inference_data(
     posterior: MCMC | SVIFit,
     model: NoisyMarginalsModel | MarkovNetwork,
     *,
     predictive: bool | None = None,
     prior_draws: int = 0,
-    key: jax.Array | None = None,
+    rng_key: jax.Array | None = None,
     log_likelihood: bool = False,
 ) -> Any:
     """ArviZ ``DataTree`` of a NUTS run (or an SVI fit) with meaningful dims and coords.
@@ -209,7 +212,7 @@ def to_inference_data(
     prior_draws : int
         Add ``prior`` and ``prior_predictive`` groups with this many draws (0: none; needs the
         model). Prior draws of ``n`` are exact CGM draws of ``N`` records each.
-    key : JAX PRNG key, optional
+    rng_key : JAX PRNG key, optional
         For the predictive and prior draws (default ``jax.random.key(0)``).
     log_likelihood : bool
         Add the pointwise log likelihood of every answer (a ``log_likelihood`` group, for
@@ -223,8 +226,8 @@ def to_inference_data(
         :func:`~numpyro_dpgm.infer.bayes.run_nuts`), ``observed_data`` and the requested
         groups. A batch of releases adds the dim ``release``.
     """
-    key = jax.random.key(0) if key is None else key
-    k_pred, k_prior = jax.random.split(key)
+    rng_key = jax.random.key(0) if rng_key is None else rng_key
+    k_pred, k_prior = jax.random.split(rng_key)
     if not isinstance(posterior, MCMC | SVIFit):
         raise TypeError(
             f"posterior must be a numpyro MCMC run or an SVIFit, got {type(posterior).__name__}")

@@ -1,7 +1,7 @@
 """Marginal oracles: given log-potentials, return log Z and clique marginals."""
 
 from .calibration import Calibrated, calibrate
-from .gbp import ConvexGBPOracle, GBPState, convex_gbp
+from .gbp import GBPState, convex_gbp
 from .junction_tree import (
     JunctionTree,
     build_junction_tree,
@@ -10,12 +10,15 @@ from .junction_tree import (
     marginals,
     sample,
 )
+from .oracles import ConvexGBPOracle, ExactOracle, MarginalOracle
 from .region_graph import RegionGraph, build_region_graph
 
 __all__ = [
     "Calibrated",
     "ConvexGBPOracle",
+    "ExactOracle",
     "GBPState",
+    "MarginalOracle",
     "RegionGraph",
     "build_region_graph",
     "convex_gbp",

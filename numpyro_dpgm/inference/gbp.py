@@ -1,4 +1,4 @@
-"""Convex-GBP on a region graph and its marginal oracle (seed 003, §4 and Appendix A).
+"""Convex-GBP on a region graph (seed 003, §4 and Appendix A).
 
 Convex-GBP (Algorithm 2, after Hazan, Peng & Shashua 2012) minimises the Lagrangian dual of
 Problem 3 (the free energy ``F_κ`` over the local polytope, :mod:`.region_graph`),
@@ -39,18 +39,19 @@ returns ``g(λ)``, an upper bound of that optimum at every iterate and equal to 
 convergence; with ``κ ≡ 1`` it also bounds the exact ``log Z`` from above (Shearer's
 inequality), and with the Möbius numbers on a tree it equals ``log Z``.
 
-The messages are the oracle's state (:class:`GBPState`), a pytree that is threaded through
-mirror-descent steps (warm start, seed 003 §6), so everything that touches ``θ`` is a pure
-function of ``(θ, state)``, ``jit``-able and ``vmap``-able with the (hashable, cached) region
-graph static. All region tables and messages live in two flat vectors, and every projection and
-neighbour sum is a gather with precomputed indices followed by a dense reduction; one compiled
-program serves every call on a region graph (number of sweeps, damping, tolerance and schedule
-are traced values), and its size does not grow with the number of regions.
+The messages are the state of the marginal oracle built on it
+(:class:`~numpyro_dpgm.inference.oracles.ConvexGBPOracle`): a pytree (:class:`GBPState`)
+threaded through mirror-descent steps (warm start, seed 003 §6), so everything that touches
+``θ`` is a pure function of ``(θ, state)``, ``jit``-able and ``vmap``-able with the (hashable,
+cached) region graph static. All region tables and messages live in two flat vectors, and
+every projection and neighbour sum is a gather with precomputed indices followed by a dense
+reduction; one compiled program serves every call on a region graph (number of sweeps, damping,
+tolerance and schedule are traced values), and its size does not grow with the number of
+regions.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -61,14 +62,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._precision import warn_if_float32
-from ..network import MarkovNetwork
 from ..tables import CliqueTables
 from ._region_layout import _device_layout, _Layout, _Plan
-from .region_graph import RegionGraph, build_region_graph
+from .region_graph import RegionGraph
 
 __all__ = [
     "SCHEDULES",
-    "ConvexGBPOracle",
     "GBPState",
     "convex_gbp",
     "dual_objective",
@@ -534,68 +533,3 @@ def local_inconsistency(
         proj = jnp.sum(beliefs[rp], axis=axes) if axes else beliefs[rp]
         worst = jnp.maximum(worst, jnp.max(jnp.abs(proj - beliefs[rt])))
     return worst
-
-
-# ------------------------------------------------------------------------------------------------
-# Oracle for Prox-PGM / APPGM
-# ------------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class ConvexGBPOracle:
-    """Approximate marginal oracle for Prox-PGM (APPGM: seed 003, Algorithm 1 with Algorithm 2).
-
-    ``oracle(theta, state) -> (mu, log_z, state)``: ``theta`` is a flat log-potential vector in
-    the network's layout; ``mu`` the pseudo-marginals of every network clique, flat in the same
-    layout, each table summing to 1 (``network.unflatten(mu)`` gives them as
-    :class:`CliqueTables`); ``log_z`` the estimate :func:`log_partition`; ``state`` the messages
-    to warm-start the next call with. Pure and ``jit``-able; the oracle is hashable, so it can be
-    static data of a jitted loop. By Theorem 2 of seed 003, mirror descent with this oracle
-    solves the relaxed problem over the local polytope (Problem 2).
-
-    Parameters
-    ----------
-    network : MarkovNetwork
-    kind : {"saturated", "factor"}
-    counting : "convex", "kikuchi", or explicit numbers (see :func:`build_region_graph`)
-    iters : int
-        Sweeps per call; 1 with warm-started messages is seed 003's practice (§6).
-    damping : float
-        Message damping (0.5 by default, as in the reference implementation).
-    schedule : {"parallel", "sequential"}
-        See :func:`convex_gbp`.
-    minimal : bool
-        Prune redundant edges of the saturated graph.
-    """
-
-    network: MarkovNetwork
-    kind: str = "saturated"
-    counting: Any = "convex"
-    iters: int = 1
-    damping: float = 0.5
-    schedule: str = "parallel"
-    minimal: bool = True
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.network, MarkovNetwork):
-            raise TypeError(f"network must be a MarkovNetwork, got {type(self.network).__name__}")
-        _validate_run_args(self.iters, self.damping, self.schedule)
-        # build now, so construction errors surface here; explicit numbers become hashable
-        rg = build_region_graph(self.network, self.kind, self.counting, self.minimal)
-        if not isinstance(self.counting, str):
-            object.__setattr__(self, "counting", rg.kappa)
-
-    @property
-    def region_graph(self) -> RegionGraph:
-        """The (cached) region graph the oracle passes messages on."""
-        return build_region_graph(self.network, self.kind, self.counting, self.minimal)
-
-    def init_state(self) -> GBPState:
-        """Algorithm 2's zero messages."""
-        return init_state(self.region_graph)
-
-    def __call__(
-        self, theta: Array, state: GBPState | None = None
-    ) -> tuple[Array, Array, GBPState]:
-        """One oracle call: ``iters`` warm-started sweeps from ``state`` (zero messages if None)."""
-        out = _call(self.region_graph, jnp.asarray(theta), state, self.iters, self.damping, 1.0,
-                    self.schedule, None)
-        return out.cliques, out.log_z, out.state

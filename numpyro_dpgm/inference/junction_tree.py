@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._deprecation import renamed_key
 from ..domain import Clique
 from ..network import MarkovNetwork
 from ..tables import CliqueTables, project_table
@@ -238,8 +239,9 @@ def _host_query(
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3, 4))
+@renamed_key
 def sample(
-    network: MarkovNetwork, theta: Array, key: Array, num_samples: int, method: str = "min_fill"
+    network: MarkovNetwork, theta: Array, rng_key: Array, num_samples: int, method: str = "min_fill"
 ) -> Array:
     """Exact forward sampling of records from ``p_θ`` on the calibrated junction tree.
 
@@ -252,7 +254,7 @@ def sample(
     network : MarkovNetwork
     theta : array, shape ``(num_params,)``, or CliqueTables
         Log-potentials in the network's layout.
-    key : PRNG key
+    rng_key : PRNG key
     num_samples : int
     method : {"min_fill", "min_size"}
         Triangulation heuristic.
@@ -267,7 +269,7 @@ def sample(
     upward = _upward(tree, clique_log_potentials(tree, network, theta))
     domain = tree.domain
     out: list[Array | None] = [None] * len(domain)
-    keys = jax.random.split(key, len(tree.cliques))
+    keys = jax.random.split(rng_key, len(tree.cliques))
     for i in tree.order:
         clique, sep = tree.cliques[i], tree.separators[i]
         new = tuple(a for a in clique if a not in sep)

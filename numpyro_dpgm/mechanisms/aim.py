@@ -274,7 +274,7 @@ def aim(
 
     key, k0 = split_key(key, 2)
     measurements: list[Measurement] = release_tables(
-        {c: answers[c] for c in initial}, ZCDP(len(initial) * rho_m), rng=k0,
+        {c: answers[c] for c in initial}, ZCDP(len(initial) * rho_m), rng_key=k0,
         label="AIM: initial marginals", **common)
     cliques = list(initial)
     rho_used = len(initial) * rho_m
@@ -303,7 +303,7 @@ def aim(
         choice = cands[exponential_mechanism(
             scores, eps, score_sens * max(weights[r] for r in cands), sampler=sampler,
             rng_key=k_sel, ledger=ledger, label=f"AIM round {t}: exponential mechanism").index]
-        measurements += release_tables({choice: answers[choice]}, ZCDP(rho_m), rng=k_noise,
+        measurements += release_tables({choice: answers[choice]}, ZCDP(rho_m), rng_key=k_noise,
                                        label=f"AIM round {t}: measurement of {choice}",
                                        **common)
         rho_used += rho_m + rho_s

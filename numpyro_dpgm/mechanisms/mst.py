@@ -187,7 +187,7 @@ def mst(
     oneway = [(a,) for a in dom.attrs]
     pairs = list(itertools.combinations(dom.attrs, 2))
     tables = count(records, oneway + pairs + [c for c in initial if c not in pairs], dom)
-    log1 = release_tables({c: tables[c] for c in oneway}, ZCDP(rho_stage), rng=k1,
+    log1 = release_tables({c: tables[c] for c in oneway}, ZCDP(rho_stage), rng_key=k1,
                           label="MST: one-way marginals", **common)
     sigma1 = float(log1[0].noise.sigma)
     seconds["measure_one_way"] = time.perf_counter() - tic
@@ -235,7 +235,7 @@ def mst(
     log2: list[Measurement] = []
     sigma2 = None
     if cliques:
-        log2 = release_tables({c: table(c) for c in cliques}, ZCDP(rho_stage), rng=k2,
+        log2 = release_tables({c: table(c) for c in cliques}, ZCDP(rho_stage), rng_key=k2,
                               label="MST: selected marginals", **common)
         sigma2 = float(log2[0].noise.sigma)
     seconds["measure_cliques"] = time.perf_counter() - tic

@@ -67,9 +67,10 @@ import numpy as np
 from ..data import count
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
-from ..estimation import MarginalOracle, Result
+from ..estimation import Result
 from ..estimation.contract import learner
 from ..inference import junction_tree as jt
+from ..inference.oracles import MarginalOracle
 from ..measurements import Gaussian, Measurement
 from ..network import MarkovNetwork
 from ..privacy.conversions import approx_to_zcdp
@@ -298,7 +299,7 @@ def mwem_pgm(
         n_cand.append(len(candidates))
         measurements += release_tables(
             {choice: true_tables[choice]}, meas_budget, domain=dom, mechanism=mechanism,
-            neighbours=neighbours, rng=k_noise, ledger=ledger, sampler=sampler,
+            neighbours=neighbours, rng_key=k_noise, ledger=ledger, sampler=sampler,
             label=f"MWEM round {r + 1}: {mechanism} measurement of {choice}",
         )
         if frozenset(choice) not in in_model:

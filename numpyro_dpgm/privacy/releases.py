@@ -7,7 +7,7 @@ and adds independent noise to every cell, calibrated to the sensitivity of relea
 :func:`~numpyro_dpgm.privacy.sensitivity.calibrate`); the noise is drawn by OpenDP's vetted
 samplers (``sampler="opendp"``, the default) or, for simulation studies only, by a seeded JAX
 sampler (:mod:`~numpyro_dpgm.privacy.samplers`). :func:`simulate_release` is the same as
-``release(..., sampler="jax", rng=key)``.
+``release(..., sampler="jax", rng_key=key)``.
 
 Before anything is counted or spent, :func:`check_release_size` refuses a release too large to
 make or keep (above :data:`DEFAULT_MAX_CELLS` cells or the machine's memory) and warns
@@ -21,7 +21,6 @@ arguments are validated and before any noise is drawn; a release that would over
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -29,6 +28,8 @@ import jax
 import numpy as np
 import pandas as pd
 
+from .._deprecation import renamed_key, renamed_keywords
+from .._warnings import warn
 from ..data import Dataset, count
 from ..domain import Clique, Domain
 from ..measurements import (
@@ -130,11 +131,11 @@ def check_release_size(cliques: Sequence[Clique], domain: Domain,
     if num_records is not None:
         for c, cells in sizes.items():
             if cells > num_records:
-                warnings.warn(
+                warn(
                     f"clique {c} has {cells:,} cells, {cells / max(num_records, 1):.3g}× the "
                     f"{num_records:,} records: most of its cells are empty and the noise "
                     "dominates them; coarsening an attribute usually gives a more useful "
-                    "release", SparseTableWarning, stacklevel=3)
+                    "release", SparseTableWarning)
     return total
 
 
@@ -212,25 +213,26 @@ def _resolve_cliques(
     return items, domain
 
 
-def _check_rng(sampler: str, rng: Any) -> Any:
+def _check_rng(sampler: str, rng_key: Any) -> Any:
     if sampler == "opendp":
-        if rng is not None:
+        if rng_key is not None:
             raise ValueError(
                 "sampler='opendp' draws from the operating system's cryptographic random source "
-                "and cannot be seeded; drop rng=, or use sampler='jax' (simulation studies only) "
-                "for reproducible noise"
+                "and cannot be seeded; drop rng_key=, or use sampler='jax' (simulation studies "
+                "only) for reproducible noise"
             )
         return None
-    if rng is None:
+    if rng_key is None:
         raise ValueError(
-            "sampler='jax' (for simulation studies) needs rng=, a JAX PRNG key such as "
+            "sampler='jax' (for simulation studies) needs rng_key=, a JAX PRNG key such as "
             "jax.random.key(0)"
         )
-    if isinstance(rng, int | np.integer) and not isinstance(rng, bool):
-        return jax.random.key(int(rng))
-    if not isinstance(rng, jax.Array):
-        raise TypeError(f"rng must be a JAX PRNG key or an int seed, got {type(rng).__name__}")
-    return rng
+    if isinstance(rng_key, int | np.integer) and not isinstance(rng_key, bool):
+        return jax.random.key(int(rng_key))
+    if not isinstance(rng_key, jax.Array):
+        raise TypeError(f"rng_key must be a JAX PRNG key or an int seed, got "
+                        f"{type(rng_key).__name__}")
+    return rng_key
 
 
 def _default_label(mechanism: str, cliques: Sequence[Clique]) -> str:
@@ -294,7 +296,7 @@ def _release_counted(
     mechanism: str,
     neighbours: str,
     person_bound: float,
-    rng: Any,
+    rng_key: Any,
     ledger: PrivacyLedger | None,
     sampler: str,
     label: str,
@@ -335,7 +337,7 @@ def _release_counted(
     if sampler == "opendp":
         noisy = _opendp_draw(meas, spec, flat)
     else:
-        noise = np.asarray(simulate_noise(rng, spec, flat.shape), dtype=np.float64)
+        noise = np.asarray(simulate_noise(rng_key, spec, flat.shape), dtype=np.float64)
         noisy = flat + noise
     out, offset = [], 0
     for c, a in zip(cliques, arrays, strict=True):
@@ -344,6 +346,7 @@ def _release_counted(
     return out
 
 
+@renamed_keywords({"rng": "rng_key"})
 def release(
     data: Any,
     cliques: Sequence[Iterable[str]] | MarkovNetwork,
@@ -352,7 +355,7 @@ def release(
     domain: Domain | Mapping[str, int] | None = None,
     mechanism: Mechanism = "laplace",
     neighbours: Neighbours = "add_remove",
-    rng: Any = None,
+    rng_key: Any = None,
     ledger: PrivacyLedger | None = None,
     weights: Any = None,
     person_bound: float | None = None,
@@ -378,7 +381,7 @@ def release(
     neighbours : {"add_remove", "replace_one"}
         The neighbouring relation the guarantee refers to (module table). Under add/remove the
         number of records N is private too; estimate it with :func:`estimate_total`.
-    rng : JAX PRNG key or int, optional
+    rng_key : JAX PRNG key or int, optional
         Required by ``sampler="jax"``; must be ``None`` for ``sampler="opendp"``.
     ledger : PrivacyLedger, optional
         Debited (before any noise is drawn) with the release's guarantee.
@@ -422,7 +425,7 @@ def release(
     neighbours = _check_neighbours(neighbours)  # type: ignore[assignment]
     sampler = _check_sampler(sampler)  # type: ignore[assignment]
     budget = _as_budget(budget)
-    key = _check_rng(sampler, rng)
+    key = _check_rng(sampler, rng_key)
     if domain is None and isinstance(cliques, MarkovNetwork) and not isinstance(data, Dataset):
         domain = cliques.domain
     records, dom = _resolve_data(data, domain)
@@ -463,13 +466,14 @@ def release(
         mechanism=mechanism,
         neighbours=neighbours,
         person_bound=bound,
-        rng=key,
+        rng_key=key,
         ledger=ledger,
         sampler=sampler,
         label=label,
     )
 
 
+@renamed_keywords({"rng": "rng_key"})
 def release_tables(
     tables: CliqueTables | Mapping[Iterable[str], Any],
     budget: PrivacyCost | float,
@@ -477,7 +481,7 @@ def release_tables(
     domain: Domain | Mapping[str, int] | None = None,
     mechanism: Mechanism = "laplace",
     neighbours: Neighbours = "add_remove",
-    rng: Any = None,
+    rng_key: Any = None,
     ledger: PrivacyLedger | None = None,
     person_bound: float = 1.0,
     sampler: Sampler = "opendp",
@@ -497,7 +501,7 @@ def release_tables(
     neighbours = _check_neighbours(neighbours)  # type: ignore[assignment]
     sampler = _check_sampler(sampler)  # type: ignore[assignment]
     budget = _as_budget(budget)
-    key = _check_rng(sampler, rng)
+    key = _check_rng(sampler, rng_key)
     bound = _check_person_bound(person_bound)
     if not isinstance(tables, Mapping):
         raise TypeError(
@@ -543,26 +547,27 @@ def release_tables(
         mechanism=mechanism,
         neighbours=neighbours,
         person_bound=bound,
-        rng=key,
+        rng_key=key,
         ledger=ledger,
         sampler=sampler,
         label=label,
     )
 
 
+@renamed_key
 def simulate_release(
     data: Any,
     cliques: Sequence[Iterable[str]] | MarkovNetwork,
     budget: PrivacyCost | float,
-    key: Any,
+    rng_key: Any,
     **kwargs: Any,
 ) -> list[Measurement]:
-    """:func:`release` with the JAX sampler seeded by ``key``: **for simulation studies only**.
+    """:func:`release` with the JAX sampler seeded by ``rng_key``: **for simulation studies only**.
 
     Reproducible noisy measurements for experiments and tests; not for releasing real data
     (use :func:`release`, whose default sampler is OpenDP's). Keyword arguments are those of
-    :func:`release` except ``sampler`` and ``rng``.
+    :func:`release` except ``sampler`` and ``rng_key``.
     """
     if "sampler" in kwargs or "rng" in kwargs:
-        raise TypeError("simulate_release fixes sampler='jax' and takes the seed as key")
-    return release(data, cliques, budget, sampler="jax", rng=key, **kwargs)
+        raise TypeError("simulate_release fixes sampler='jax' and takes the seed as rng_key")
+    return release(data, cliques, budget, sampler="jax", rng_key=rng_key, **kwargs)

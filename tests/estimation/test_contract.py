@@ -285,6 +285,19 @@ def test_learner_old_spellings_warn_and_agree(name: str) -> None:
     assert tuple(named.model.network.domain.attrs) == ("v0", "v1", "v2")
 
 
+@pytest.mark.parametrize(("name", "second"), [("learn_structure", "domain"),
+                                              ("psgd", "network")])
+def test_other_learners_share_the_contract(name: str, second: str) -> None:
+    """The structure learner takes a domain in second place; DP-SGD learns the parameters of a
+    given structure, so it takes the network there. The rest is the learners' contract."""
+    import numpyro_dpgm.estimation as estimation
+
+    params = list(inspect.signature(getattr(estimation, name)).parameters.values())
+    assert [p.name for p in params[:5]] == ["data", second, "budget", "rng_key", "ledger"]
+    assert params[2].default is inspect.Parameter.empty and params[4].default is None
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:])
+
+
 def test_mwem_pgm_old_spellings_warn_and_agree() -> None:
     from numpyro_dpgm.mechanisms import mwem_pgm
     from numpyro_dpgm.privacy import ZCDP

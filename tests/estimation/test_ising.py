@@ -226,12 +226,12 @@ def test_ledger_refuses_before_touching_the_data(monkeypatch):
         learn_twise(z, budget=1.0, order=3, width=LAM, rng_key=jax.random.key(0), ledger=ledger)
     approx = PrivacyLedger(ApproxDP(0.5, 1e-6))
     with pytest.raises(BudgetExceededError):
-        learn_structure(z, 1.0, 1e-6, min_edge_weight=0.5, width=LAM, key=jax.random.key(0),
-                        blocks=10, ledger=approx)
+        learn_structure(z, budget=ApproxDP(1.0, 1e-6), min_edge_weight=0.5, width=LAM,
+                        rng_key=jax.random.key(0), blocks=10, ledger=approx)
     # a zCDP ledger cannot pay an (ε, δ) mechanism
     with pytest.raises(ValueError, match="zCDP budget"):
-        learn_structure(z, 1.0, 1e-6, min_edge_weight=0.5, width=LAM, key=jax.random.key(0),
-                        blocks=10, ledger=ledger)
+        learn_structure(z, budget=ApproxDP(1.0, 1e-6), min_edge_weight=0.5, width=LAM,
+                        rng_key=jax.random.key(0), blocks=10, ledger=ledger)
     assert ledger.history == () and approx.history == ()
 
 
@@ -422,8 +422,8 @@ def test_e1_structure_recovered_with_high_probability():
     hits = 0
     for s in range(10):
         z = sample_ising(A_TRUE, THETA0, 20_000, seed=200 + s)
-        res = learn_structure(z, 1.0, 1e-6, min_edge_weight=0.5, width=LAM,
-                              key=jax.random.key(s), blocks=40)
+        res = learn_structure(z, budget=ApproxDP(1.0, 1e-6), min_edge_weight=0.5, width=LAM,
+                              rng_key=jax.random.key(s), blocks=40)
         assert res.threshold == pytest.approx(1 + 2 * math.log(2e6))
         assert res.block_size == 500
         hits += res.edges == truth
@@ -433,8 +433,14 @@ def test_e1_structure_recovered_with_high_probability():
 
 def test_e1_pairwise_structure():
     x = sample_pairwise(W_TRUE, THETA_K, 40_000, seed=9)
-    res = learn_structure(x, 1.0, 1e-6, min_edge_weight=0.6, width=LAM_K, key=jax.random.key(0),
-                          blocks=40, model="pairwise", domain=3)
+    res = learn_structure(x, 3, budget=ApproxDP(1.0, 1e-6), rng_key=jax.random.key(0),
+                          min_edge_weight=0.6, width=LAM_K, blocks=40, model="pairwise")
+    with pytest.warns(DeprecationWarning) as record:  # the previous release's spelling
+        old = learn_structure(x, 1.0, 1e-6, min_edge_weight=0.6, width=LAM_K,
+                              key=jax.random.key(0), blocks=40, model="pairwise", domain=3)
+    messages = " ".join(str(w.message) for w in record)
+    assert "'epsilon' by position" in messages and "'delta' by position" in messages
+    assert "'key'" in messages and old.edges == res.edges
     truth = frozenset((i, (i + 1) % 5) if i < (i + 1) % 5 else ((i + 1) % 5, i) for i in range(5))
     assert res.edges == truth
 
@@ -443,12 +449,12 @@ def test_e2_stable_mode():
     distinct = [frozenset({(i, i + 1)}) for i in range(40)]
     same = [frozenset({(0, 1), (1, 2)})] * 40
     bottom = sum(
-        stable_mode(distinct, 1.0, 1e-6, key=jax.random.key(s))[0] is None for s in range(1000)
+        stable_mode(distinct, 1.0, 1e-6, rng_key=jax.random.key(s))[0] is None for s in range(1000)
     )
     assert bottom >= 990
     wins = 0
     for s in range(1000):
-        winner, _, _, hist = stable_mode(same, 1.0, 1e-6, key=jax.random.key(s))
+        winner, _, _, hist = stable_mode(same, 1.0, 1e-6, rng_key=jax.random.key(s))
         wins += winner == same[0]
         assert set(hist) == {same[0]}  # bins that never occurred are never candidates
     assert wins >= 990
@@ -457,7 +463,8 @@ def test_e2_stable_mode():
 def test_e2_stable_mode_noise_law():
     """The histogram noise is Lap(2/ε): E|ĉ − c| = 2/ε (one replaced record moves two counts)."""
     same = ["G"] * 40
-    dev = [abs(stable_mode(same, 0.5, 1e-6, key=jax.random.key(s))[1] - 40) for s in range(2000)]
+    dev = [abs(stable_mode(same, 0.5, 1e-6, rng_key=jax.random.key(s))[1] - 40)
+           for s in range(2000)]
     assert np.mean(dev) == pytest.approx(4.0, rel=0.08)  # 5σ: σ(mean) = 4/√2000
 
 
@@ -490,13 +497,19 @@ def test_input_errors():
         learn_pairwise((1 - z) // 2, budget=1.0, width=1.0, rng_key=key, domain=2,
                        budget_split="half")
     with pytest.raises(ValueError, match="epsilon"):
-        learn_structure(z, 0.0, 1e-6, min_edge_weight=0.5, width=1.0, key=key)
+        learn_structure(z, budget=0.0, delta=1e-6, min_edge_weight=0.5, width=1.0, rng_key=key)
     with pytest.raises(ValueError, match="delta"):
-        learn_structure(z, 1.0, 1.5, min_edge_weight=0.5, width=1.0, key=key)
+        learn_structure(z, budget=1.0, delta=1.5, min_edge_weight=0.5, width=1.0, rng_key=key)
     with pytest.raises(ValueError, match="min_edge_weight"):
-        learn_structure(z, 1.0, 1e-6, min_edge_weight=0.0, width=1.0, key=key)
+        learn_structure(z, budget=ApproxDP(1.0, 1e-6), min_edge_weight=0.0, width=1.0,
+                        rng_key=key)
     with pytest.raises(ValueError, match="blocks"):
-        learn_structure(z, 1.0, 1e-6, min_edge_weight=0.5, width=1.0, key=key, blocks=1000)
+        learn_structure(z, budget=ApproxDP(1.0, 1e-6), min_edge_weight=0.5, width=1.0,
+                        rng_key=key, blocks=1000)
+    with pytest.raises(ValueError, match="needs δ"):
+        learn_structure(z, budget=1.0, min_edge_weight=0.5, width=1.0, rng_key=key)
+    with pytest.raises(ValueError, match="rng_key"):
+        learn_structure(z, budget=ApproxDP(1.0, 1e-6), min_edge_weight=0.5, width=1.0)
     with pytest.raises(ValueError, match="order"):
         learn_twise(z, budget=1.0, order=1, width=1.0, rng_key=key)
     with pytest.raises(ValueError, match="zCDP"):

@@ -25,6 +25,7 @@ from numpyro_dpgm.estimation.psgd import (
     log_likelihood_gradient,
     psgd,
 )
+from numpyro_dpgm.privacy import ZCDP, ApproxDP, BudgetExceededError, PrivacyLedger
 
 CHAIN = MarkovNetwork({"a": 2, "b": 3, "c": 2}, [("a", "b"), ("b", "c")])
 # a time-homogeneous chain over 3 steps: node potential on a0, one shared pairwise table
@@ -64,13 +65,13 @@ def test_unreachable_epsilon_is_reported() -> None:
         calibrate_noise_multiplier(0.1, 1e-3, 1.0, 1000, max_noise_multiplier=5.0)
     x = sample(CHAIN, np.zeros(CHAIN.num_params), 50, 0)
     with pytest.raises(UnreachableEpsilonError, match="ε = 0.1"):
-        psgd(x, CHAIN, 0.1, key=jax.random.key(0), lot_size=50, epochs=1000,
+        psgd(x, CHAIN, budget=0.1, rng_key=jax.random.key(0), lot_size=50, epochs=1000,
              max_noise_multiplier=5.0)
 
 
 def test_psgd_reports_its_guarantee() -> None:
     x = sample(CHAIN, np.zeros(CHAIN.num_params), 400, 1)
-    res = psgd(x, CHAIN, 1.0, key=jax.random.key(0))
+    res = psgd(x, CHAIN, budget=1.0, rng_key=jax.random.key(0))
     assert res.extras["delta"] == pytest.approx(1 / 400)
     assert res.extras["epsilon"] <= 1.0
     assert res.extras["steps"] == int(np.ceil(5 * 400 / 20))  # 5 epochs, lot √N = 20
@@ -114,8 +115,8 @@ def test_one_full_batch_step_clips_every_record(net, tie, clip) -> None:
     norms = np.linalg.norm(g, axis=1)
     assert np.any(norms > clip) and np.any(norms > 0)
     clipped = g * np.minimum(1.0, clip / norms)[:, None]
-    res = psgd(x, net, None, key=jax.random.key(0), lot_size=30, epochs=1, clip_norm=clip,
-               learning_rate=0.5, tie=tie)
+    res = psgd(x, net, budget=None, rng_key=jax.random.key(0), lot_size=30, epochs=1,
+               clip_norm=clip, learning_rate=0.5, tie=tie)
     assert res.iterations == 1
     np.testing.assert_allclose(np.asarray(res.extras["free_params"]),
                                0.5 * clipped.sum(0) / 30, atol=1e-12)
@@ -134,7 +135,7 @@ def test_noiseless_full_batch_converges_to_the_mle(net, tie) -> None:
     if tie is not None:
         stats = np.bincount(tie, weights=stats, minlength=free)
     mle = fit_mle(net, stats, 0.0, tie=tie, tol=1e-10)
-    res = psgd(x, net, None, key=jax.random.key(0), lot_size=400, epochs=3000,
+    res = psgd(x, net, budget=None, rng_key=jax.random.key(0), lot_size=400, epochs=3000,
                clip_norm=np.inf, learning_rate=1.0, tie=tie)
     kl = exact_kl(BruteForce(net, np.asarray(mle.theta)), BruteForce(net, np.asarray(res.theta)))
     assert kl < 1e-10  # measured ~1e-16 (untied), gradient ascent at rate 1
@@ -153,25 +154,31 @@ def test_errors() -> None:
     x = sample(CHAIN, np.zeros(CHAIN.num_params), 20, 0)
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="shape"):
-        psgd(x[:, :2], CHAIN, 1.0, key=key)
+        psgd(x[:, :2], CHAIN, budget=1.0, rng_key=key)
     with pytest.raises(ValueError, match="outside the domain"):
-        psgd(np.where(x == 2, 5, x), CHAIN, 1.0, key=key)
+        psgd(np.where(x == 2, 5, x), CHAIN, budget=1.0, rng_key=key)
     with pytest.raises(ValueError, match="integer codes"):
-        psgd(x.astype(float), CHAIN, 1.0, key=key)
+        psgd(x.astype(float), CHAIN, budget=1.0, rng_key=key)
     with pytest.raises(ValueError, match="epsilon"):
-        psgd(x, CHAIN, -1.0, key=key)
-    with pytest.raises(ValueError, match="either epsilon"):
-        psgd(x, CHAIN, 1.0, key=key, noise_multiplier=1.0)
+        psgd(x, CHAIN, budget=-1.0, rng_key=key)
+    with pytest.raises(ValueError, match="either budget"):
+        psgd(x, CHAIN, budget=1.0, rng_key=key, noise_multiplier=1.0)
     with pytest.raises(ValueError, match="lot_size"):
-        psgd(x, CHAIN, 1.0, key=key, lot_size=21)
+        psgd(x, CHAIN, budget=1.0, rng_key=key, lot_size=21)
     with pytest.raises(ValueError, match="delta"):
-        psgd(x, CHAIN, 1.0, 1.5, key=key)
+        psgd(x, CHAIN, budget=1.0, delta=1.5, rng_key=key)
     with pytest.raises(ValueError, match="finite clip_norm"):
-        psgd(x, CHAIN, None, key=key, noise_multiplier=1.0, clip_norm=np.inf)
+        psgd(x, CHAIN, budget=None, rng_key=key, noise_multiplier=1.0, clip_norm=np.inf)
     with pytest.raises(ValueError, match="tie"):
-        psgd(x, CHAIN, 1.0, key=key, tie=np.zeros(3, int))
+        psgd(x, CHAIN, budget=1.0, rng_key=key, tie=np.zeros(3, int))
     with pytest.raises(TypeError, match="MarkovNetwork"):
-        psgd(x, "chain", 1.0, key=key)
+        psgd(x, "chain", budget=1.0, rng_key=key)
+    with pytest.raises(TypeError, match="ApproxDP"):
+        psgd(x, CHAIN, budget=ZCDP(0.5), rng_key=key)
+    with pytest.raises(ValueError, match="contradicts"):
+        psgd(x, CHAIN, budget=ApproxDP(1.0, 1e-3), delta=1e-4, rng_key=key)
+    with pytest.raises(ValueError, match="non-private"):
+        psgd(x, CHAIN, budget=None, rng_key=key, ledger=PrivacyLedger(ApproxDP(1.0, 1e-3)))
     with pytest.raises(ValueError, match="delta"):
         calibrate_noise_multiplier(1.0, 0.0, 0.1, 10)
     with pytest.raises(ValueError, match="sampling_rate"):
@@ -183,11 +190,44 @@ def test_errors() -> None:
 def test_private_run_is_reproducible_and_sane() -> None:
     theta = np.random.default_rng(8).normal(size=CHAIN.num_params)
     x = sample(CHAIN, theta, 2000, 9)
-    a = psgd(x, CHAIN, 2.0, key=jax.random.key(3))
-    b = psgd(x, CHAIN, 2.0, key=jax.random.key(3))
+    a = psgd(x, CHAIN, budget=2.0, rng_key=jax.random.key(3))
+    b = psgd(x, CHAIN, budget=2.0, rng_key=jax.random.key(3))
     np.testing.assert_array_equal(np.asarray(a.theta), np.asarray(b.theta))
     truth = BruteForce(CHAIN, theta)
     uniform = BruteForce(CHAIN, np.zeros(CHAIN.num_params))
     # better than the uniform model (measured KL 0.03 against 0.29 for uniform)
     assert exact_kl(truth, BruteForce(CHAIN, np.asarray(a.theta))) < exact_kl(truth, uniform)
     assert isinstance(a.model, MarkovRandomField)
+
+
+# ------------------------------------------------------------------------------------------------
+# (e) the learners' contract: budget, ledger, old spellings
+# ------------------------------------------------------------------------------------------------
+def test_budget_spellings_agree_and_the_ledger_pays_the_accounted_guarantee() -> None:
+    x = sample(CHAIN, np.zeros(CHAIN.num_params), 400, 1)
+    key = jax.random.key(2)
+    bare = psgd(x, CHAIN, budget=1.0, rng_key=key)  # δ = 1/N
+    full = psgd(x, CHAIN, budget=ApproxDP(1.0, 1 / 400), rng_key=key)
+    np.testing.assert_array_equal(np.asarray(bare.theta), np.asarray(full.theta))
+    ledger = PrivacyLedger(ApproxDP(1.0, 1e-2))
+    res = psgd(x, CHAIN, budget=ApproxDP(0.5, 1e-3), rng_key=key, ledger=ledger)
+    (entry,) = ledger.history
+    assert entry.cost == ApproxDP(res.extras["epsilon"], 1e-3)
+    assert res.extras["epsilon"] <= 0.5
+    # a ledger that cannot pay refuses before a step is taken
+    poor = PrivacyLedger(ApproxDP(0.1, 1e-2))
+    with pytest.raises(BudgetExceededError):
+        psgd(x, CHAIN, budget=ApproxDP(0.5, 1e-3), rng_key=key, ledger=poor)
+    assert not poor.history
+
+
+def test_old_spellings_warn_and_agree() -> None:
+    x = sample(CHAIN, np.zeros(CHAIN.num_params), 200, 1)
+    new = psgd(x, CHAIN, budget=ApproxDP(1.0, 1e-3), rng_key=jax.random.key(4))
+    with pytest.warns(DeprecationWarning) as record:
+        old = psgd(x, CHAIN, 1.0, 1e-3, key=jax.random.key(4))
+    messages = " ".join(str(w.message) for w in record)
+    assert "'epsilon' by position" in messages and "'key'" in messages
+    np.testing.assert_array_equal(np.asarray(old.theta), np.asarray(new.theta))
+    with pytest.warns(DeprecationWarning, match="rng_key"):
+        psgd(x, CHAIN, budget=None, epochs=1)

@@ -180,7 +180,7 @@ def test_to_inference_data_from_a_network(demo):
     assert len(report.table) == 12 and report.num_chains == 4
     with pytest.raises(ValueError, match="need the NoisyMarginalsModel"):
         to_inference_data(run.mcmc, run.release.network, predictive=True)
-    tree = to_inference_data(run.mcmc, run.model, prior_draws=50, key=jax.random.key(3))
+    tree = to_inference_data(run.mcmc, run.model, prior_draws=50, rng_key=jax.random.key(3))
     assert tree["prior"].to_dataset()["n"].dims == ("chain", "draw", "cell")
     assert tree["prior_predictive"].to_dataset()["y"].shape == (1, 50, 12)
     with pytest.raises(TypeError, match="MCMC run or an SVIFit"):

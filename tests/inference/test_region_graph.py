@@ -41,7 +41,6 @@ from numpyro_dpgm import MarkovNetwork
 from numpyro_dpgm.inference import _region_layout as layout
 from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.inference.gbp import (
-    ConvexGBPOracle,
     GBPState,
     convex_gbp,
     dual_objective,
@@ -51,6 +50,7 @@ from numpyro_dpgm.inference.gbp import (
     log_partition,
     region_beliefs,
 )
+from numpyro_dpgm.inference.oracles import ConvexGBPOracle
 from numpyro_dpgm.inference.region_graph import build_region_graph
 
 TOL = 1e-8

@@ -99,7 +99,7 @@ def test_measurements_feed_the_noise_aware_posterior_and_rubin(chain_records):
     n = len(chain_records)
     model = noisy_marginals_model(net, fit.extras["measurements"], n, triangulate=True)
     post = run_svi(model, jax.random.key(0), num_steps=150, num_samples=20)
-    sets = synthesize(post, None, num_datasets=5, rng=1)
+    sets = synthesize(post, None, num_datasets=5, rng_key=1)
     assert len(sets) == 5 and all(s.shape == (n, 4) for s in sets)
     means = np.array([s["a"].mean() for s in sets])
     combined = rubin(means, means * (1 - means) / n)

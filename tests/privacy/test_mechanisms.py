@@ -118,7 +118,7 @@ def test_calibrate_errors():
 def test_release_laplace_scale_and_order(records, neighbours, factor):
     ledger = PrivacyLedger(PureDP(2.0))
     ms = release(
-        records, CLIQUES, 0.5, domain=DOMAIN, neighbours=neighbours, sampler="jax", rng=1,
+        records, CLIQUES, 0.5, domain=DOMAIN, neighbours=neighbours, sampler="jax", rng_key=1,
         ledger=ledger,
     )
     assert [m.clique for m in ms] == CLIQUES
@@ -153,9 +153,9 @@ def test_release_tables_matches_release(records):
     tables = count(records, CLIQUES, DOMAIN)
     key = jax.random.key(5)
     x = release(records, CLIQUES, ZCDP(0.2), domain=DOMAIN, mechanism="gaussian",
-                sampler="jax", rng=key)
+                sampler="jax", rng_key=key)
     y = release_tables(tables, ZCDP(0.2), domain=DOMAIN, mechanism="gaussian",
-                       sampler="jax", rng=key)
+                       sampler="jax", rng_key=key)
     for m, n in zip(x, y, strict=True):
         np.testing.assert_array_equal(m.values, n.values)
         assert m.noise == n.noise == Gaussian(math.sqrt(2) / math.sqrt(0.4))
@@ -164,26 +164,26 @@ def test_release_tables_matches_release(records):
 def test_weights_scale_sensitivity(records):
     w = np.full(len(records), 0.25)
     ledger = PrivacyLedger(PureDP(10.0))
-    ms = release(records, CLIQUES, 1.0, domain=DOMAIN, weights=w, sampler="jax", rng=0,
+    ms = release(records, CLIQUES, 1.0, domain=DOMAIN, weights=w, sampler="jax", rng_key=0,
                  ledger=ledger)
     assert ms[0].noise == Laplace(2.0)  # bound 1 per person: same as unweighted
     w2 = np.full(len(records), 1.5)
     ms = release(records, CLIQUES, 1.0, domain=DOMAIN, weights=w2, person_bound=2.0,
-                 sampler="jax", rng=0, ledger=ledger)
+                 sampler="jax", rng_key=0, ledger=ledger)
     assert ms[0].noise == Laplace(4.0)
     assert ledger.history[1].details["person_bound"] == 2.0
     with pytest.raises(ValueError, match="per-person bound"):
-        release(records, CLIQUES, 1.0, domain=DOMAIN, weights=w2, sampler="jax", rng=0)
+        release(records, CLIQUES, 1.0, domain=DOMAIN, weights=w2, sampler="jax", rng_key=0)
     with pytest.raises(ValueError, match="weighted counts are fractional"):
         release(records, CLIQUES, 1.0, domain=DOMAIN, weights=w, mechanism="discrete_laplace",
-                sampler="jax", rng=0)
+                sampler="jax", rng_key=0)
     with pytest.raises(ValueError, match="whole number"):
         release(records, CLIQUES, 1.0, domain=DOMAIN, person_bound=1.5,
-                mechanism="discrete_laplace", sampler="jax", rng=0)
+                mechanism="discrete_laplace", sampler="jax", rng_key=0)
 
 
 def test_release_errors(records):
-    kw = dict(domain=DOMAIN, sampler="jax", rng=0)
+    kw = dict(domain=DOMAIN, sampler="jax", rng_key=0)
     with pytest.raises(ValueError, match="positive finite"):
         release(records, CLIQUES, 0.0, **kw)
     with pytest.raises(ValueError, match="positive finite"):
@@ -203,24 +203,24 @@ def test_release_errors(records):
     with pytest.raises(ValueError, match="unknown sampler"):
         release(records, CLIQUES, 1.0, domain=DOMAIN, sampler="numpy")
     with pytest.raises(ValueError, match="cannot be seeded"):
-        release(records, CLIQUES, 1.0, domain=DOMAIN, rng=0)
+        release(records, CLIQUES, 1.0, domain=DOMAIN, rng_key=0)
     with pytest.raises(ValueError, match="needs rng"):
         release(records, CLIQUES, 1.0, domain=DOMAIN, sampler="jax")
     with pytest.raises(ValueError, match="need their domain"):
-        release(records, CLIQUES, 1.0, sampler="jax", rng=0)
+        release(records, CLIQUES, 1.0, sampler="jax", rng_key=0)
     frame = pd.DataFrame(records, columns=list(DOMAIN.attrs))
     with pytest.raises(ValueError, match="mismatched domains"):
         release(Dataset(frame, DOMAIN), CLIQUES, 1.0, domain={"a": 2, "b": 4, "c": 2},
-                sampler="jax", rng=0)
+                sampler="jax", rng_key=0)
     with pytest.raises(ValueError, match="mismatched domains"):
         release(frame, MarkovNetwork({"a": 2, "b": 4, "c": 2}, CLIQUES), 1.0, **kw)
     tables = count(records, CLIQUES, DOMAIN)
     with pytest.raises(ValueError, match="mismatched domains"):
-        release_tables(tables, 1.0, domain={"a": 2, "b": 3, "c": 5}, sampler="jax", rng=0)
+        release_tables(tables, 1.0, domain={"a": 2, "b": 3, "c": 5}, sampler="jax", rng_key=0)
     with pytest.raises(ValueError, match="needs integer counts"):
-        release_tables(tables * 0.5, 1.0, mechanism="discrete_laplace", sampler="jax", rng=0)
+        release_tables(tables * 0.5, 1.0, mechanism="discrete_laplace", sampler="jax", rng_key=0)
     with pytest.raises(ValueError, match="empty list of cliques"):
-        release_tables({}, 1.0, sampler="jax", rng=0)
+        release_tables({}, 1.0, sampler="jax", rng_key=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ def test_refusal_draws_nothing(records, monkeypatch, sampler, rng):
                         lambda *a: draws.append(a) or real_jax(*a))
     monkeypatch.setattr(release_module, "_opendp_draw", lambda *a: draws.append(a) or real_odp(*a))
     ledger = PrivacyLedger(ZCDP(0.5))
-    kw = dict(domain=DOMAIN, sampler=sampler, rng=rng, ledger=ledger, mechanism="gaussian")
+    kw = dict(domain=DOMAIN, sampler=sampler, rng_key=rng, ledger=ledger, mechanism="gaussian")
     release(records, CLIQUES, ZCDP(0.3), **kw)
     assert len(draws) == 1 and len(ledger.history) == 1
     with pytest.raises(BudgetExceededError, match="gaussian release of .*no noise was drawn"):
@@ -259,7 +259,7 @@ def test_pure_ledger_refuses_gaussian(records):
 def test_gaussian_approx_budget_in_approx_ledger(records):
     ledger = PrivacyLedger(ApproxDP(1.0, 1e-5))
     release(records, CLIQUES, ApproxDP(0.5, 5e-6), domain=DOMAIN, mechanism="gaussian",
-            sampler="jax", rng=0, ledger=ledger)
+            sampler="jax", rng_key=0, ledger=ledger)
     assert ledger.history[0].cost == ApproxDP(0.5, 5e-6)
     assert ledger.history[0].details["calibration"] == "analytic"
 
@@ -277,7 +277,7 @@ def test_jax_laplace_statistics():
     """
     b = 4.0
     tables = {("x",): np.full(N_JAX, 7.0)}
-    ms = release_tables(tables, PureDP(0.25), sampler="jax", rng=jax.random.key(11))
+    ms = release_tables(tables, PureDP(0.25), sampler="jax", rng_key=jax.random.key(11))
     assert ms[0].noise == Laplace(b)
     noise = ms[0].values - 7.0
     assert abs(noise.mean()) < 4 * math.sqrt(2) * b / math.sqrt(N_JAX)
@@ -398,7 +398,7 @@ def test_estimate_total_unbiased(records):
     tables = count(records, [("a",), ("a", "b", "c")], DOMAIN)
     n_true = len(records)
     reps = 2000
-    spec = release_tables(tables, 0.5, sampler="jax", rng=0)[0].noise
+    spec = release_tables(tables, 0.5, sampler="jax", rng_key=0)[0].noise
     keys = jax.random.split(jax.random.key(21), 2)
     noisy = {
         c: np.asarray(tables[c]).ravel()
@@ -422,7 +422,7 @@ def test_release_above_max_cells_is_refused_before_the_ledger_pays(records):
     ledger = PrivacyLedger(PureDP(2.0))
     with pytest.raises(ValueError, match=r"12 cells \(clique \('a', 'b'\) alone 6\).*above "
                                          r"max_cells = 10.*release smaller tables"):
-        release(records, CLIQUES, 0.5, domain=DOMAIN, sampler="jax", rng=1, ledger=ledger,
+        release(records, CLIQUES, 0.5, domain=DOMAIN, sampler="jax", rng_key=1, ledger=ledger,
                 max_cells=10)
     assert len(ledger.history) == 0 and ledger.spent == 0
     with pytest.raises(ValueError, match="max_cells must be positive"):
@@ -440,5 +440,5 @@ def test_a_table_with_more_cells_than_records_warns(records):
     few = records[:5]
     with pytest.warns(release_module.SparseTableWarning,
                       match=r"clique \('a', 'b'\) has 6 cells, 1.2× the 5 records"):
-        release(few, CLIQUES, 0.5, domain=DOMAIN, sampler="jax", rng=1)
+        release(few, CLIQUES, 0.5, domain=DOMAIN, sampler="jax", rng_key=1)
     assert release_module.check_release_size(CLIQUES, DOMAIN, num_records=6) == 12

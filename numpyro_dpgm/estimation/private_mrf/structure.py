@@ -19,9 +19,11 @@ import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 
+from ..._deprecation import renamed_key
 from ...domain import Domain
 from ...privacy.guarantees import ApproxDP
 from ...privacy.ledger import PrivacyLedger
+from ..contract import approx_budget, learner
 from ..frank_wolfe import check_iterations
 from ._inputs import _check_width, _codes_from_data, _spins_from_data
 from ._regressions import _compress, _solve_problems
@@ -31,12 +33,13 @@ from .pairwise import _onehot_features, _pairwise_node_estimate
 __all__ = ["StructureResult", "learn_structure", "stable_mode"]
 
 
+@renamed_key
 def stable_mode(
     outputs: Sequence[Hashable],
     epsilon: float,
     delta: float,
     *,
-    key: jax.Array,
+    rng_key: jax.Array,
 ) -> tuple[Hashable | None, float, float, dict]:
     """Stability-based mode of block outputs (Lemma 6.1; Vadhan 2017, Prop. 3.4) [spec §7].
 
@@ -56,7 +59,7 @@ def stable_mode(
         raise ValueError("no block outputs to aggregate")
     bins = list(counts)
     raw = np.array([counts[g] for g in bins], dtype=float)
-    noise = np.asarray(jax.random.laplace(key, (len(bins),), jnp.result_type(float)))
+    noise = np.asarray(jax.random.laplace(rng_key, (len(bins),), jnp.result_type(float)))
     noisy = raw + (2.0 / eps.epsilon) * noise
     tau = 1.0 + 2.0 * math.log(2.0 / eps.delta) / eps.epsilon
     best = int(np.argmax(noisy))
@@ -193,21 +196,22 @@ def _pairwise_block_graphs(
     return graphs, strengths
 
 
+@learner(legacy_positional=("epsilon", "delta"))
 def learn_structure(
     data: Any,
-    epsilon: float,
-    delta: float,
+    domain: Domain | int | Sequence[str] | None = None,
     *,
+    budget: ApproxDP | float,
+    rng_key: jax.Array | None = None,
+    ledger: PrivacyLedger | None = None,
+    delta: float | None = None,
     min_edge_weight: float,
     width: float,
-    key: jax.Array,
     model: Literal["ising", "pairwise"] = "ising",
     blocks: int | None = None,
     iterations: int = 300,
     threshold: float | None = None,
     coding: Literal["spin", "code"] = "spin",
-    domain: Domain | int | Sequence[str] | None = None,
-    ledger: PrivacyLedger | None = None,
 ) -> StructureResult:
     """Learn the graph of an Ising or pairwise model under (ε, δ)-DP (seed 001, §6, Cor. 6.3).
 
@@ -226,14 +230,21 @@ def learn_structure(
     ----------
     data : array ``(n, p)`` or Dataset
         Spins/codes (Ising, see :func:`learn_ising`) or codes (pairwise).
-    epsilon, delta : float
-        The (ε, δ)-DP target; ``ε > 0``, ``δ ∈ (0, 1)``.
+    domain : Domain, int or sequence of str, optional
+        As in :func:`learn_ising` / :func:`learn_pairwise` (a Dataset carries its own).
+    budget : ApproxDP or float
+        The (ε, δ)-DP target, ``ApproxDP(ε, δ)``, or a bare ``ε`` with ``delta=``.
+    rng_key : jax.Array
+        PRNG key of the histogram noise (simulation); required.
+    ledger : PrivacyLedger, optional
+        Charged ``ApproxDP(ε, δ)`` before any computation (an ``"approx"`` ledger; a zCDP ledger
+        cannot pay an (ε, δ) guarantee and refuses).
+    delta : float, optional
+        δ when ``budget`` is a bare ε.
     min_edge_weight : float
         ``η``, a public lower bound on the edge strengths (Def. 2.1, 2.2).
     width : float
         ``λ`` (sets the ℓ1 radius ``2λ`` or ``2λK`` of the block regressions).
-    key : jax.Array
-        PRNG key of the histogram noise (simulation).
     model : {"ising", "pairwise"}
     blocks : int, optional
         ``B`` (public); default ``⌈2τ⌉``.
@@ -241,18 +252,21 @@ def learn_structure(
         ``T`` of the non-private block regressions.
     threshold : float, optional
         Edge threshold; default ``η/2``.
-    coding, domain
-        As in :func:`learn_ising` / :func:`learn_pairwise`.
-    ledger : PrivacyLedger, optional
-        Charged ``ApproxDP(ε, δ)`` before any computation (an ``"approx"`` ledger; a zCDP ledger
-        cannot pay an (ε, δ) guarantee and refuses).
+    coding
+        As in :func:`learn_ising`.
 
     Returns
     -------
     StructureResult
     """
     start = time.perf_counter()
-    target = ApproxDP(epsilon, delta)
+    if budget is None:
+        raise ValueError("learn_structure() is private only: pass budget=ApproxDP(epsilon, "
+                         "delta)")
+    target = approx_budget(budget, delta, "learn_structure")
+    assert target is not None
+    if rng_key is None:
+        raise ValueError("learn_structure() draws noise: pass rng_key=jax.random.key(seed)")
     eta = float(min_edge_weight)
     if not math.isfinite(eta) or eta <= 0:
         raise ValueError(f"min_edge_weight η must be > 0, got {min_edge_weight!r}")
@@ -297,7 +311,7 @@ def learn_structure(
         graphs, strengths = _ising_block_graphs(rows, B, m, radius, T, thr)
     else:
         graphs, strengths = _pairwise_block_graphs(rows, ks, B, m, radius, T, thr)
-    winner, noisy, tau, _ = stable_mode(graphs, target.epsilon, target.delta, key=key)
+    winner, noisy, tau, _ = stable_mode(graphs, target.epsilon, target.delta, rng_key=rng_key)
     graph = None
     if winner is not None:
         graph = nx.Graph()

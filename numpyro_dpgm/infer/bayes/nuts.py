@@ -8,6 +8,7 @@ from typing import Any
 import jax
 from numpyro.infer import MCMC, NUTS
 
+from ..._deprecation import renamed_key
 from .initialization import _init_values, init_to_interior
 from .model import NoisyMarginalsModel
 
@@ -19,9 +20,10 @@ Array = Any
 NUTS_FIELDS = ("num_steps", "accept_prob", "potential_energy", "energy", "adapt_state.step_size")
 
 
+@renamed_key
 def run_nuts(
     model: NoisyMarginalsModel | Callable[..., Any],
-    key: jax.Array,
+    rng_key: jax.Array,
     *model_args: Any,
     num_warmup: int = 500,
     num_samples: int = 500,
@@ -41,7 +43,7 @@ def run_nuts(
     ----------
     model : NoisyMarginalsModel or callable
         Any NumPyro model.
-    key : JAX PRNG key
+    rng_key : JAX PRNG key
     *model_args, **model_kwargs
         Passed to the model (e.g. ``y=`` for a simulated release).
     num_warmup, num_samples, num_chains : int
@@ -68,5 +70,5 @@ def run_nuts(
                   max_tree_depth=max_tree_depth)
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                 chain_method=chain_method, progress_bar=progress_bar)
-    mcmc.run(key, *model_args, extra_fields=NUTS_FIELDS, **model_kwargs)
+    mcmc.run(rng_key, *model_args, extra_fields=NUTS_FIELDS, **model_kwargs)
     return mcmc

@@ -16,6 +16,7 @@ from numpyro.infer.autoguide import (
     AutoNormal,
 )
 
+from ..._deprecation import renamed_key
 from .initialization import _init_values, init_to_interior
 from .model import NoisyMarginalsModel
 
@@ -54,9 +55,10 @@ class SVIFit(NamedTuple):
     model_kwargs: dict | None = None
 
 
+@renamed_key
 def run_svi(
     model: NoisyMarginalsModel | Callable[..., Any],
-    key: jax.Array,
+    rng_key: jax.Array,
     *model_args: Any,
     guide: str = "normal",
     num_steps: int = 3000,
@@ -72,7 +74,7 @@ def run_svi(
     Parameters
     ----------
     model : NoisyMarginalsModel or callable
-    key : JAX PRNG key
+    rng_key : JAX PRNG key
     guide : {"normal", "mvn", "delta"}
         ``AutoNormal`` (mean field in the unconstrained space), ``AutoMultivariateNormal``
         (full covariance) or ``AutoDelta`` (MAP of the relaxed posterior density, no
@@ -91,7 +93,7 @@ def run_svi(
     init_fn = init_to_interior(values=values, radius=0.0)
     auto = _GUIDES[guide](model, init_loc_fn=init_fn)
     svi = SVI(model, auto, numpyro.optim.Adam(learning_rate), Trace_ELBO(num_particles))
-    k_fit, k_draw = jax.random.split(key)
+    k_fit, k_draw = jax.random.split(rng_key)
     result = svi.run(k_fit, num_steps, *model_args, progress_bar=progress_bar, **model_kwargs)
     sites = _latent_and_deterministic_sites(model, model_args, model_kwargs)
     predictive = Predictive(model, guide=auto, params=result.params, num_samples=num_samples,

@@ -1,0 +1,166 @@
+"""``dpgm fit``: a graphical model (a point estimate or posterior draws) from a measurements
+file, written as a model file."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ._common import Force, _check_output, _enable_x64, _input_errors, console
+from ._progress import _progress, _stage
+
+#: The point estimators come from the estimators' registry; ``nuts`` gives posterior draws.
+#: The estimators' command-line names, in the registry's order (``estimation.ESTIMATORS``,
+#: which ``tests/test_cli.py`` checks this against), and nuts. Spelled out so that ``dpgm --help``
+#: does not import JAX.
+ESTIMATOR_NAMES = ("naive", "cgm-em", "variational-em", "mcem", "prox-pgm", "posterior-mean")
+METHODS = (*ESTIMATOR_NAMES, "nuts")
+
+
+def _registry() -> dict:
+    """The estimators' registry, imported when a fit runs."""
+    from ..estimation import ESTIMATORS
+
+    return ESTIMATORS
+
+#: Estimators that take randomness (``--seed`` gives their ``rng_key``).
+STOCHASTIC = ("mcem", "variational-em", "posterior-mean")
+
+
+def _file_sha256(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fit(
+    measurements: Annotated[Path, typer.Argument(help="measurements file from `dpgm release`")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="model file to write (JSON)")],
+    method: Annotated[str, typer.Option(
+        help=f"{', '.join(ESTIMATOR_NAMES)} (point estimates) or nuts (posterior draws of the "
+             "model given the noisy tables, for `dpgm synth --posterior`)")] = "cgm-em",
+    iters: Annotated[int | None, typer.Option(
+        help="iterations: the estimator's max_iters (EM iterations for cgm-em, default 10, a "
+             "regulariser; mcem and variational-em, default 10; mirror-descent iterations for "
+             "prox-pgm, default 1000; L-BFGS iterations for naive, default 1000; SVI steps for "
+             "posterior-mean, default 2000), NUTS draws per chain for nuts (default 500, after "
+             "as many warm-up steps)")] = None,
+    chains: Annotated[int, typer.Option(help="NUTS chains (nuts only)")] = 2,
+    seed: Annotated[int, typer.Option(
+        help="seed of the stochastic methods (nuts, mcem, variational-em, "
+             "posterior-mean)")] = 0,
+    total: Annotated[float | None, typer.Option(
+        help="number of records N if public (default: the file's, else estimated from the "
+             "noisy tables, which costs no privacy)")] = None,
+    force: Force = False,
+) -> None:
+    """Fit a graphical model over the released cliques: writes a model file."""
+    from ..io import load_measurements, save_model
+    from ..measurements import estimate_total
+    from ..network import MarkovNetwork
+
+    with _input_errors():
+        if method not in METHODS:
+            raise ValueError(f"unknown --method {method!r}; choose one of {list(METHODS)} (the "
+                             "estimators' registry, numpyro_dpgm.estimation.ESTIMATORS, and nuts)")
+        if iters is not None and iters < 1:
+            raise ValueError(f"--iters must be at least 1, got {iters}")
+        if total is not None and not total > 0:
+            raise ValueError(f"--total must be positive, got {total}")
+        if chains < 1:
+            raise ValueError(f"--chains must be at least 1, got {chains}")
+        _check_output(out, force=force, inputs=(measurements,))
+        saved = load_measurements(measurements)
+        cliques = list(dict.fromkeys(m.clique for m in saved.measurements))
+        if not cliques:
+            raise ValueError(f"{measurements} holds no measurements")
+        measured = [a for a in saved.domain.attrs if any(a in c for c in cliques)]
+        network = MarkovNetwork(saved.domain.project(measured), cliques)
+        unmeasured = [a for a in saved.domain.attrs if a not in measured]
+        n_source = "given" if total is not None else ("public" if saved.total else "estimated")
+        n = total or saved.total or float(estimate_total(saved.measurements))
+        _enable_x64()
+        t0 = time.perf_counter()
+        if method == "nuts":
+            result, options = _run_nuts(saved.measurements, network, n, iters or 500, chains,
+                                        seed)
+        else:
+            # an estimated N is the estimator's own (rounded where latent counts need an integer)
+            result, options = _run_fit(method, saved.measurements, network,
+                                       None if n_source == "estimated" else n, iters, seed)
+            n = float(result.extras["total_count"])
+        elapsed = time.perf_counter() - t0
+        provenance = {
+            "estimator": "run_nuts" if method == "nuts" else _registry()[method].__name__,
+            "options": options,
+            "total": n,
+            "total_source": n_source,
+            "measurements_file": str(measurements),
+            "measurements_sha256": _file_sha256(measurements),
+            "privacy": None if saved.ledger is None else saved.ledger.guarantee(),
+        }
+        # the whole domain goes into the model file: attributes in no released table have no
+        # parameters there, and `dpgm synth` draws them uniformly (or drops them on request)
+        save_model(out, result, categories=saved.categories, total=n, provenance=provenance,
+                   domain=saved.domain)
+    if method == "nuts":
+        summary = (f"{options['draws']} posterior draws ({chains} chain(s)), worst split R-hat "
+                   f"{options['max_rhat']:.3f}, {options['divergences']} divergences")
+    else:
+        summary = (f"{result.iterations} iterations, "
+                   f"{'converged' if result.converged else 'iteration limit reached'}")
+    console.print(f"fitted {method} on {len(saved.measurements)} tables "
+                  f"({network.num_params} parameters, N = {n:.6g} {n_source}): "
+                  f"{summary}, {elapsed:.2f} s", soft_wrap=True, highlight=False)
+    if unmeasured:
+        console.print(f"attributes in no released table are not modelled: {unmeasured}; the "
+                      "model file keeps them, and `dpgm synth` draws them uniformly over their "
+                      "values (--drop-unmodelled leaves them out)",
+                      soft_wrap=True, highlight=False)
+    console.print(f"wrote {out}", soft_wrap=True, highlight=False)
+
+
+def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, chains: int,
+              seed: int) -> tuple[Any, dict[str, Any]]:
+    """Posterior draws of the record model (:func:`numpyro_dpgm.infer.bayes.run_nuts`) as one
+    batched MarkovRandomField, with the convergence figures the provenance keeps."""
+    import jax
+    import numpy as np
+    from numpyro.diagnostics import split_gelman_rubin
+
+    from ..estimation.cgm_em import em_start
+    from ..infer.bayes import noisy_marginals_model, run_nuts
+    from ..synthesis import posterior_models
+
+    bayes = noisy_marginals_model(network, measurements, int(round(total)),
+                                  triangulate=not network.is_decomposable)
+    with _stage(f"NUTS: {chains} chain(s) × ({draws} warm-up + {draws} draws)"):
+        mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
+                        num_chains=chains, init=em_start(bayes))
+    phi = np.asarray(mcmc.get_samples(group_by_chain=True)["phi"])
+    rhat = float(np.max(split_gelman_rubin(phi))) if phi.shape[1] > 3 else float("nan")
+    divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
+    options = {"draws": draws * chains, "warmup": draws, "chains": chains, "seed": seed,
+               "max_rhat": rhat, "divergences": divergences}
+    return posterior_models(mcmc, network), options
+
+
+def _run_fit(method: str, measurements: list[Any], network: Any, total: float | None,
+             iters: int | None, seed: int) -> tuple[Any, dict[str, Any]]:
+    """The registered estimator ``method`` with the contract's options: ``--iters`` is its
+    ``max_iters`` (its own default when not given), progress comes through ``callback``."""
+    import inspect
+
+    import jax
+
+    estimator = _registry()[method]
+    limit = iters or inspect.signature(estimator).parameters["max_iters"].default
+    options: dict[str, Any] = {"max_iters": limit}
+    if method in STOCHASTIC:
+        options["seed"] = seed
+    with _progress(method, limit) as advance:
+        result = estimator(measurements, network, total_count=total, rng_key=jax.random.key(seed),
+                           max_iters=limit, callback=lambda i, _loss: advance(int(i)))
+    return result, options

@@ -1,0 +1,230 @@
+"""Marginal oracles for mirror descent: given log-potentials, the clique marginals and log Z.
+
+Prox-PGM (seed 003, Algorithm 1, :mod:`numpyro_dpgm.estimation.prox_pgm`) needs one operation of
+the model, the marginal oracle ``θ ↦ (μ(θ), A(θ))``; this module fixes what such an oracle is
+(:class:`MarginalOracle`) and provides two:
+
+* :class:`ExactOracle`: log-space sum-product on the junction tree (stateless);
+* :class:`ConvexGBPOracle`: Convex-GBP on a region graph (Algorithm 2, :mod:`.gbp`), whose
+  messages are a warm-startable state; with it mirror descent is APPGM (Theorem 2).
+
+:data:`ORACLES` selects them by name and :func:`resolve_oracle` turns a name, an oracle or a
+factory into an oracle bound to a network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import jax.numpy as jnp
+
+from ..network import MarkovNetwork
+from ..tables import project_table
+from . import calibration
+from . import junction_tree as jt
+from .gbp import GBPState, _call, _validate_run_args, init_state
+from .region_graph import RegionGraph, build_region_graph
+
+__all__ = [
+    "ORACLES",
+    "ConvexGBPOracle",
+    "ExactOracle",
+    "MarginalOracle",
+    "resolve_oracle",
+]
+
+Array = Any
+
+
+@runtime_checkable
+class MarginalOracle(Protocol):
+    """What Prox-PGM needs from a marginal oracle (seed 003, Algorithm 1 "Marginal-Oracle").
+
+    An oracle is bound to a network and is hashable (it is static data of the jitted loop).
+
+    Attributes
+    ----------
+    network : MarkovNetwork
+        The cliques and parameter layout of ``theta`` and of the returned marginals.
+
+    Methods
+    -------
+    init_state() -> pytree
+        The oracle's initial state (``()`` for a stateless oracle; messages for Convex-GBP).
+    __call__(theta, state) -> (mu, log_z, state)
+        ``theta``: flat log-potentials in the network's layout. ``mu``: the (pseudo-)marginals
+        of every network clique, flat in the same layout, each table summing to 1. ``log_z``:
+        the log-partition function (or its approximation). ``state``: the state to warm-start
+        the next call from. Pure and traceable under ``jit``.
+    """
+
+    network: MarkovNetwork
+
+    def init_state(self) -> Any: ...
+
+    def __call__(self, theta: Array, state: Any) -> tuple[Array, Array, Any]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ExactOracle:
+    """Exact marginals by log-space sum-product on the junction tree (stateless).
+
+    Parameters
+    ----------
+    network : MarkovNetwork
+    method : {"min_fill", "min_size"}
+        Triangulation heuristic of the junction tree.
+    """
+
+    network: MarkovNetwork
+    method: str = "min_fill"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.network, MarkovNetwork):
+            raise TypeError(f"network must be a MarkovNetwork, got {type(self.network).__name__}")
+        if self.method not in ("min_fill", "min_size"):
+            raise ValueError(
+                f"unknown triangulation method {self.method!r}; use 'min_fill' or 'min_size'"
+            )
+
+    def init_state(self) -> tuple[()]:
+        return ()
+
+    def __call__(self, theta: Array, state: Any) -> tuple[Array, Array, Any]:
+        net = self.network
+        tree = jt.build_junction_tree(net, self.method)
+        cal = calibration.calibrate(tree, calibration.clique_log_potentials(tree, net, theta))
+        parts = []
+        for c in net.cliques:
+            i = tree.containing(c)
+            logp = cal.log_beliefs[i] - cal.log_z
+            table = jnp.exp(project_table(logp, tree.cliques[i], c, log=True))
+            parts.append(jnp.ravel(table))
+        mu = jnp.concatenate(parts) if parts else jnp.zeros(0, dtype=jnp.result_type(theta))
+        return mu, cal.log_z, state
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvexGBPOracle:
+    """Approximate marginal oracle for Prox-PGM (APPGM: seed 003, Algorithm 1 with Algorithm 2).
+
+    ``oracle(theta, state) -> (mu, log_z, state)``: ``theta`` is a flat log-potential vector in
+    the network's layout; ``mu`` the pseudo-marginals of every network clique, flat in the same
+    layout, each table summing to 1 (``network.unflatten(mu)`` gives them as
+    :class:`CliqueTables`); ``log_z`` the estimate :func:`log_partition`; ``state`` the messages
+    to warm-start the next call with. Pure and ``jit``-able; the oracle is hashable, so it can be
+    static data of a jitted loop. By Theorem 2 of seed 003, mirror descent with this oracle
+    solves the relaxed problem over the local polytope (Problem 2).
+
+    Parameters
+    ----------
+    network : MarkovNetwork
+    kind : {"saturated", "factor"}
+    counting : "convex", "kikuchi", or explicit numbers (see :func:`build_region_graph`)
+    iters : int
+        Sweeps per call; 1 with warm-started messages is seed 003's practice (§6).
+    damping : float
+        Message damping (0.5 by default, as in the reference implementation).
+    schedule : {"parallel", "sequential"}
+        See :func:`convex_gbp`.
+    minimal : bool
+        Prune redundant edges of the saturated graph.
+    """
+
+    network: MarkovNetwork
+    kind: str = "saturated"
+    counting: Any = "convex"
+    iters: int = 1
+    damping: float = 0.5
+    schedule: str = "parallel"
+    minimal: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.network, MarkovNetwork):
+            raise TypeError(f"network must be a MarkovNetwork, got {type(self.network).__name__}")
+        _validate_run_args(self.iters, self.damping, self.schedule)
+        # build now, so construction errors surface here; explicit numbers become hashable
+        rg = build_region_graph(self.network, self.kind, self.counting, self.minimal)
+        if not isinstance(self.counting, str):
+            object.__setattr__(self, "counting", rg.kappa)
+
+    @property
+    def region_graph(self) -> RegionGraph:
+        """The (cached) region graph the oracle passes messages on."""
+        return build_region_graph(self.network, self.kind, self.counting, self.minimal)
+
+    def init_state(self) -> GBPState:
+        """Algorithm 2's zero messages."""
+        return init_state(self.region_graph)
+
+    def __call__(
+        self, theta: Array, state: GBPState | None = None
+    ) -> tuple[Array, Array, GBPState]:
+        """One oracle call: ``iters`` warm-started sweeps from ``state`` (zero messages if None)."""
+        out = _call(self.region_graph, jnp.asarray(theta), state, self.iters, self.damping, 1.0,
+                    self.schedule, None)
+        return out.cliques, out.log_z, out.state
+
+
+#: Oracles selectable by name, ``name -> factory(network) -> MarginalOracle``: ``"exact"``
+#: (junction tree) and ``"convex_gbp"`` (Convex-GBP on the saturated region graph with counting
+#: numbers 1, one warm-started sweep per step: APPGM, seed 003 §4).
+ORACLES: dict[str, Callable[[MarkovNetwork], MarginalOracle]] = {
+    "exact": ExactOracle,
+    "convex_gbp": ConvexGBPOracle,
+}
+
+
+def resolve_oracle(
+    oracle: str | MarginalOracle | Callable[[MarkovNetwork], MarginalOracle],
+    network: MarkovNetwork,
+) -> MarginalOracle:
+    """The oracle bound to ``network`` that ``oracle`` names, is, or builds.
+
+    Parameters
+    ----------
+    oracle : str, MarginalOracle or callable network -> MarginalOracle
+        A name of :data:`ORACLES`, an oracle, or a factory called with ``network``.
+    network : MarkovNetwork
+        The network the oracle must be bound to.
+
+    Returns
+    -------
+    MarginalOracle
+        A hashable oracle whose ``network`` equals ``network``.
+
+    Raises
+    ------
+    ValueError
+        An unknown name, or an oracle bound to another network.
+    TypeError
+        Not a name, oracle or factory; a factory that returns no oracle; an unhashable oracle.
+    """
+    if isinstance(oracle, str):
+        if oracle not in ORACLES:
+            raise ValueError(f"unknown oracle {oracle!r}; available: {sorted(ORACLES)}")
+        built = ORACLES[oracle](network)
+    elif isinstance(oracle, MarginalOracle):
+        built = oracle
+    elif callable(oracle):
+        built = oracle(network)
+    else:
+        raise TypeError(
+            "oracle must be a name, a MarginalOracle or a factory network -> MarginalOracle; "
+            f"got {type(oracle).__name__}"
+        )
+    if not isinstance(built, MarginalOracle):
+        raise TypeError(f"the oracle factory returned {type(built).__name__}, not a MarginalOracle")
+    if built.network != network:
+        raise ValueError(
+            f"the oracle is bound to {built.network!r}, but the model's network is {network!r}"
+        )
+    try:
+        hash(built)
+    except TypeError:
+        raise TypeError(
+            "the oracle must be hashable (it is static data of a jitted loop)"
+        ) from None
+    return built
