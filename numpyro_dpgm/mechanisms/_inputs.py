@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from ..data import Dataset
-from ..domain import Domain
+from ..domain import Clique, Domain
 from ..privacy.conversions import Conversion, _check_conversion, approx_to_zcdp
 from ..privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 from ..privacy.ledger import PrivacyLedger
-from ..privacy.sensitivity import _check_sampler
+from ..privacy.releases import _check_rng
+from ..privacy.sensitivity import _check_neighbours, _check_sampler
 
-__all__ = ["check_positive_int", "open_ledger", "resolve_key", "resolve_records", "zcdp_budget"]
+__all__ = ["check_cliques", "check_positive", "check_positive_int", "open_ledger", "resolve_key",
+           "resolve_records", "setup", "split_key", "zcdp_budget"]
 
 
 def resolve_records(data: Any, domain: Domain | Mapping[str, int] | None) -> tuple[Any, Domain]:
@@ -79,25 +81,51 @@ def open_ledger(ledger: PrivacyLedger | None, budget: PrivacyCost, rho: float, l
 
 
 def resolve_key(sampler: str, rng_key: Any) -> Any:
-    """The JAX key of the ``"jax"`` sampler (required), or ``None`` for ``"opendp"``."""
-    sampler = _check_sampler(sampler)
-    if sampler == "opendp":
-        if rng_key is not None:
-            raise ValueError(
-                "sampler='opendp' draws from the operating system's cryptographic random "
-                "source and cannot be seeded; drop rng_key=, or use sampler='jax' (simulation "
-                "studies only) for a reproducible run"
-            )
-        return None
-    if rng_key is None:
-        raise ValueError("sampler='jax' (simulation studies only) needs rng_key=, a JAX PRNG "
-                         "key such as jax.random.key(0), or an int seed")
-    if isinstance(rng_key, int | np.integer) and not isinstance(rng_key, bool):
-        return jax.random.key(int(rng_key))
-    if not isinstance(rng_key, jax.Array):
-        raise TypeError(f"rng_key must be a JAX PRNG key or an int seed, got "
-                        f"{type(rng_key).__name__}")
-    return rng_key
+    """The JAX key of the ``"jax"`` sampler (required; an int is a seed), or ``None`` for
+    ``"opendp"`` (which refuses a key), as :func:`~numpyro_dpgm.privacy.release` checks it."""
+    return _check_rng(_check_sampler(sampler), rng_key)
+
+
+def check_cliques(cliques: Any, domain: Domain, what: str, min_size: int = 1) -> list[Clique]:
+    """A user-given list of cliques (e.g. ``initial_cliques``), each checked against the
+    domain, with at least ``min_size`` attributes, none listed twice."""
+    if isinstance(cliques, str) or not isinstance(cliques, Iterable):
+        raise TypeError(f"{what} must be a list of attribute tuples, got {cliques!r}")
+    out: list[Clique] = []
+    for c in cliques:
+        clique = domain.check_clique((c,) if isinstance(c, str) else tuple(c))
+        if len(clique) < min_size:
+            raise ValueError(f"{what} {clique} has fewer than {min_size} attributes")
+        if any(set(clique) == set(o) for o in out):
+            raise ValueError(f"{what} {clique} is listed twice")
+        out.append(clique)
+    if not out:
+        raise ValueError(f"{what} is empty")
+    return out
+
+
+class Setup(NamedTuple):
+    """A mechanism's checked inputs: records, domain, neighbouring relation, ρ, key, ledger."""
+
+    records: Any
+    domain: Domain
+    neighbours: str
+    rho: float
+    key: Any
+    ledger: PrivacyLedger
+
+
+def setup(data: Any, domain: Domain | Mapping[str, int] | None, *, budget: Any, sampler: str,
+          rng_key: Any, ledger: PrivacyLedger | None, neighbours: str,
+          conversion: Conversion, label: str) -> Setup:
+    """Check a mechanism's common arguments and that the ledger can pay ``ρ`` (charging
+    nothing, counting no record)."""
+    records, dom = resolve_records(data, domain)
+    neighbours = _check_neighbours(neighbours)
+    rho, budget = zcdp_budget(budget, conversion)
+    key = resolve_key(sampler, rng_key)
+    return Setup(records, dom, neighbours, rho, key,
+                 open_ledger(ledger, budget, rho, label, conversion))
 
 
 def split_key(key: Any, num: int = 2) -> tuple[Any, ...]:

@@ -54,17 +54,9 @@ from ..privacy.conversions import Conversion
 from ..privacy.guarantees import ZCDP, PrivacyCost
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.releases import release_tables
-from ..privacy.sensitivity import _check_neighbours, marginal_sensitivity
+from ..privacy.sensitivity import marginal_sensitivity
 from ..tables import project_table
-from ._inputs import (
-    check_positive,
-    check_positive_int,
-    open_ledger,
-    resolve_key,
-    resolve_records,
-    split_key,
-    zcdp_budget,
-)
+from ._inputs import check_cliques, check_positive, check_positive_int, setup, split_key
 from .refit import Refit
 from .selection import exponential_mechanism, selection_epsilon
 from .workload import (
@@ -106,25 +98,6 @@ def _workload(workload: Any, target: str | None, domain: Domain,
     if isinstance(workload, int) and not isinstance(workload, bool):
         return all_marginals(domain, workload, max_cells)
     return check_workload(workload, domain)
-
-
-def _initial(initial_cliques: Any, domain: Domain, candidates: Mapping[Clique, float]
-             ) -> list[Clique]:
-    if initial_cliques is None:
-        return [r for r in candidates if len(r) == 1]
-    if isinstance(initial_cliques, str) or not isinstance(initial_cliques, Iterable):
-        raise TypeError(f"initial_cliques must be a list of attribute tuples, got "
-                        f"{initial_cliques!r}")
-    out: list[Clique] = []
-    for c in initial_cliques:
-        clique = domain.check_clique((c,) if isinstance(c, str) else tuple(c))
-        if any(set(clique) == set(o) for o in out):
-            raise ValueError(f"initial clique {clique} is listed twice")
-        out.append(clique)
-    if not out:
-        raise ValueError("initial_cliques is empty; leave it out to start from the one-way "
-                         "marginals")
-    return out
 
 
 class _SizeFilter:
@@ -244,18 +217,17 @@ def aim(
         The ledger cannot pay the budget; nothing is spent.
     """
     start = time.perf_counter()
-    records, dom = resolve_records(data, domain)
-    neighbours = _check_neighbours(neighbours)
+    records, dom, neighbours, rho, key, ledger = setup(
+        data, domain, budget=budget, sampler=sampler, rng_key=rng_key, ledger=ledger,
+        neighbours=neighbours, conversion=conversion, label="AIM (whole run)")
     max_model_size = check_positive(max_model_size, "max_model_size")
     iters = check_positive_int(iters, "iters")
     T = ROUNDS_PER_ATTRIBUTE * len(dom) if rounds is None else check_positive_int(rounds,
                                                                                   "rounds")
     wl = _workload(workload, target, dom, max_cells)
     weights = candidate_weights(wl)
-    initial = _initial(initial_cliques, dom, weights)
-    rho, budget = zcdp_budget(budget, conversion)
-    key = resolve_key(sampler, rng_key)
-    ledger = open_ledger(ledger, budget, rho, "AIM (whole run)", conversion)
+    initial = ([r for r in weights if len(r) == 1] if initial_cliques is None
+               else check_cliques(initial_cliques, dom, "initial clique"))
     sizes = {c: model_size(dom, [c]) for c in initial}
     if max(sizes.values()) > max_model_size:
         raise ValueError(f"an initial clique alone needs {max(sizes.values()):.3g} MB, above "
@@ -329,7 +301,6 @@ def aim(
             rho_m, rho_s = 4.0 * rho_m, 4.0 * rho_s
 
     model = refit(measurements, cliques)  # GENERATE(log): same structure, nothing compiled
-    fit = refit.fit
     extras = {
         "rounds": tuple(log),
         "selected": tuple(e["selected"] for e in log),
@@ -342,10 +313,6 @@ def aim(
         "rho": rho,
         "unspent": max(0.0, rho - rho_used),
         "ledger": ledger,
-        "fit": fit,
-        "total": refit.total,
-        "costs": tuple(refit.costs),
         "sampler": sampler,
     }
-    return Result(model=model, loss_trace=fit.loss_trace, iterations=fit.iterations,
-                  converged=fit.converged, elapsed=time.perf_counter() - start, extras=extras)
+    return refit.result(model, start, extras)

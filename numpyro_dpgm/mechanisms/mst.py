@@ -48,39 +48,13 @@ from ..privacy.conversions import Conversion
 from ..privacy.guarantees import ZCDP, PrivacyCost
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.releases import release_tables
-from ..privacy.sensitivity import _check_neighbours
-from ._inputs import (
-    check_positive_int,
-    open_ledger,
-    resolve_key,
-    resolve_records,
-    split_key,
-    zcdp_budget,
-)
+from ._inputs import check_cliques, check_positive_int, setup, split_key
 from .compression import Compression, compress_domain
 from .refit import Refit
 from .selection import exponential_mechanism, selection_epsilon
 from .workload import model_marginals
 
 __all__ = ["mst"]
-
-
-def _initial(initial_cliques: Any, domain: Domain) -> list[Clique]:
-    if initial_cliques is None:
-        return []
-    if isinstance(initial_cliques, str) or not isinstance(initial_cliques, Iterable):
-        raise TypeError(f"initial_cliques must be a list of attribute tuples, got "
-                        f"{initial_cliques!r}")
-    out: list[Clique] = []
-    for c in initial_cliques:
-        clique = domain.check_clique((c,) if isinstance(c, str) else tuple(c))
-        if len(clique) < 2:
-            raise ValueError(f"initial clique {clique} has one attribute; MST measures every "
-                             "one-way marginal anyway")
-        if any(set(clique) == set(o) for o in out):
-            raise ValueError(f"initial clique {clique} is listed twice")
-        out.append(clique)
-    return out
 
 
 def _components(domain: Domain, cliques: Sequence[Clique]) -> UnionFind:
@@ -162,14 +136,13 @@ def mst(
         The ledger cannot pay the budget; nothing is spent.
     """
     start = time.perf_counter()
-    records, dom = resolve_records(data, domain)
-    neighbours = _check_neighbours(neighbours)
-    initial = _initial(initial_cliques, dom)
+    records, dom, neighbours, rho, key, ledger = setup(
+        data, domain, budget=budget, sampler=sampler, rng_key=rng_key, ledger=ledger,
+        neighbours=neighbours, conversion=conversion, label="MST (whole run)")
+    initial = ([] if initial_cliques is None else
+               check_cliques(initial_cliques, dom, "initial clique", min_size=2))
     iters = check_positive_int(iters, "iters")
     select_iters = check_positive_int(select_iters, "select_iters")
-    rho, budget = zcdp_budget(budget, conversion)
-    key = resolve_key(sampler, rng_key)
-    ledger = open_ledger(ledger, budget, rho, "MST (whole run)", conversion)
 
     d = len(dom)
     r = len(list(_components(dom, initial).to_sets()))
@@ -249,7 +222,6 @@ def mst(
                                      "iterations": refit.fit.iterations})
     if compression is not None:
         model = compression.decompress_model(model)
-    fit = refit.fit
     extras = {
         "selected": tuple(selected),
         "cliques": tuple(oneway + cliques),
@@ -260,11 +232,7 @@ def mst(
         "sigma": {"one_way": sigma1, "cliques": sigma2},
         "epsilon_selection": eps_sel,
         "ledger": ledger,
-        "fit": fit,
-        "total": refit.total,
-        "costs": tuple(refit.costs),
         "seconds": seconds,
         "sampler": sampler,
     }
-    return Result(model=model, loss_trace=fit.loss_trace, iterations=fit.iterations,
-                  converged=fit.converged, elapsed=time.perf_counter() - start, extras=extras)
+    return refit.result(model, start, extras)

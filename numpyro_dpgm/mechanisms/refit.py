@@ -146,3 +146,14 @@ class Refit:
                            "new_structure": structure != self._structure})
         self.fit, self.model, self._structure = fit, fit.model, structure
         return fit.model
+
+    def result(self, model: MarkovRandomField, start: float, extras: dict) -> Result:
+        """A mechanism's Result: ``model``, the last fit's loss trace, iterations and
+        convergence, the seconds since ``start``, and ``extras`` with the fit, ``N`` and the
+        per-fit ``costs``."""
+        assert self.fit is not None
+        fit = self.fit
+        extras = {**extras, "fit": fit, "total": self.total, "costs": tuple(self.costs)}
+        return Result(model=model, loss_trace=fit.loss_trace, iterations=fit.iterations,
+                      converged=fit.converged, elapsed=time.perf_counter() - start,
+                      extras=extras)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pandas as pd
+import pytest
 
 from numpyro_dpgm import Domain
+from numpyro_dpgm.privacy import ZCDP, BudgetExceededError, PrivacyLedger
 
 CHAIN = Domain({"a": 2, "b": 2, "c": 2, "d": 2})
 
@@ -20,3 +25,15 @@ def chain_records(n: int = 3000, seed: int = 7) -> pd.DataFrame:
     c = b ^ (rng.random(n) < 0.15)
     d = c ^ (rng.random(n) < 0.2)
     return pd.DataFrame({"a": a, "b": b, "c": c, "d": d})
+
+
+def refuses(mechanism: Callable[..., Any], records: Any, **kwargs: Any) -> str:
+    """Call ``mechanism`` on the chain with a seeded sampler and a ledger of ρ = 1, changed by
+    ``kwargs``; check that it raises an input or budget error and that nothing was spent.
+    Returns the message."""
+    ledger = PrivacyLedger(ZCDP(1.0))
+    args = {"budget": ZCDP(0.5), "ledger": ledger, "rng_key": 0, "sampler": "jax", **kwargs}
+    with pytest.raises((ValueError, TypeError, KeyError, BudgetExceededError)) as err:
+        mechanism(records, CHAIN, **args)
+    assert ledger.history == ()
+    return str(err.value)

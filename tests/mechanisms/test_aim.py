@@ -8,12 +8,12 @@ import math
 import jax
 import numpy as np
 import pytest
-from mechanism_data import CHAIN
+from mechanism_data import CHAIN, refuses
 
 from numpyro_dpgm import MarkovNetwork, count, rubin, synthesize
 from numpyro_dpgm.infer.bayes import noisy_marginals_model, run_svi
 from numpyro_dpgm.mechanisms import aim, workload_error
-from numpyro_dpgm.privacy import ZCDP, ApproxDP, BudgetExceededError, PrivacyLedger, PureDP
+from numpyro_dpgm.privacy import ZCDP, ApproxDP, PrivacyLedger, PureDP
 
 ALPHA = 0.9  # the paper's share of a round for measurement
 
@@ -106,29 +106,19 @@ def test_measurements_feed_the_noise_aware_posterior_and_rubin(chain_records):
     assert abs(float(combined.estimate) - chain_records["a"].mean()) < 0.1
 
 
-def _refuses(records, **kwargs):
-    ledger = PrivacyLedger(ZCDP(1.0))
-    args = {"budget": ZCDP(0.5), "ledger": ledger, "rng_key": 0, "sampler": "jax"}
-    args.update(kwargs)
-    with pytest.raises((ValueError, TypeError, KeyError, BudgetExceededError)) as err:
-        aim(records, CHAIN, **args)
-    assert ledger.history == ()  # nothing spent
-    return str(err.value)
-
-
 def test_bad_input_spends_nothing(chain_records):
-    assert "rho" in _refuses(chain_records, budget=0.0)
-    assert "not ε-DP" in _refuses(chain_records, budget=PureDP(1.0))
-    assert "exceeded" in _refuses(chain_records, budget=ZCDP(1.5))
-    assert "unknown target column 'zz'" in _refuses(chain_records, target="zz")
-    assert "zz" in _refuses(chain_records, workload=[("a", "zz")])
-    assert "twice" in _refuses(chain_records, workload=[("a", "b"), ("b", "a")])
-    assert "degree" in _refuses(chain_records, target="a", workload=[("a", "b")])
-    assert "max_model_size" in _refuses(chain_records, max_model_size=0.0)
-    assert "max_model_size" in _refuses(chain_records, max_model_size=1e-9)
-    assert "rounds" in _refuses(chain_records, rounds=0)
-    assert "rng_key" in _refuses(chain_records, rng_key=None)
-    assert "cannot be seeded" in _refuses(chain_records, sampler="opendp")
+    assert "rho" in refuses(aim, chain_records, budget=0.0)
+    assert "not ε-DP" in refuses(aim, chain_records, budget=PureDP(1.0))
+    assert "exceeded" in refuses(aim, chain_records, budget=ZCDP(1.5))
+    assert "unknown target column 'zz'" in refuses(aim, chain_records, target="zz")
+    assert "zz" in refuses(aim, chain_records, workload=[("a", "zz")])
+    assert "twice" in refuses(aim, chain_records, workload=[("a", "b"), ("b", "a")])
+    assert "degree" in refuses(aim, chain_records, target="a", workload=[("a", "b")])
+    assert "max_model_size" in refuses(aim, chain_records, max_model_size=0.0)
+    assert "max_model_size" in refuses(aim, chain_records, max_model_size=1e-9)
+    assert "rounds" in refuses(aim, chain_records, rounds=0)
+    assert "rng_key" in refuses(aim, chain_records, rng_key=None)
+    assert "cannot be seeded" in refuses(aim, chain_records, sampler="opendp")
     with pytest.raises(ValueError, match="currency"):  # an (ε, δ) ledger cannot pay in ρ
         aim(chain_records, CHAIN, budget=ZCDP(0.1), rng_key=0, sampler="jax",
             ledger=PrivacyLedger(ApproxDP(1.0, 1e-6)))

@@ -6,18 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from mechanism_data import CHAIN
+from mechanism_data import CHAIN, refuses
 
 from numpyro_dpgm import Domain, count
 from numpyro_dpgm.mechanisms import mst
-from numpyro_dpgm.privacy import (
-    ZCDP,
-    ApproxDP,
-    BudgetExceededError,
-    PrivacyLedger,
-    PureDP,
-    approx_to_zcdp,
-)
+from numpyro_dpgm.privacy import ZCDP, ApproxDP, PureDP, approx_to_zcdp
 
 FAST = {"sampler": "jax", "iters": 300, "select_iters": 50}
 
@@ -89,26 +82,16 @@ def test_compression_merges_rare_values_and_the_model_covers_the_original_domain
     assert m.clique == ("x",) and m.query is not None  # an ordinary Measurement with a query
 
 
-def _refuses(records, **kwargs):
-    ledger = PrivacyLedger(ZCDP(1.0))
-    args = {"budget": ZCDP(0.5), "ledger": ledger, "rng_key": 0, "sampler": "jax"}
-    args.update(kwargs)
-    with pytest.raises((ValueError, TypeError, KeyError, BudgetExceededError)) as err:
-        mst(records, CHAIN, **args)
-    assert ledger.history == ()  # nothing spent
-    return str(err.value)
-
-
 def test_bad_input_spends_nothing(chain_records):
-    assert "rho" in _refuses(chain_records, budget=0.0)
-    assert "rho" in _refuses(chain_records, budget=-1.0)
-    assert "not ε-DP" in _refuses(chain_records, budget=PureDP(1.0))
-    assert "exceeded" in _refuses(chain_records, budget=ZCDP(2.0))
-    assert "rng_key" in _refuses(chain_records, rng_key=None)
-    assert "cannot be seeded" in _refuses(chain_records, sampler="opendp")
-    assert "zz" in _refuses(chain_records, initial_cliques=[("a", "zz")])
-    assert "neighbouring" in _refuses(chain_records, neighbours="swap")
-    assert "iters" in _refuses(chain_records, iters=0)
+    assert "rho" in refuses(mst, chain_records, budget=0.0)
+    assert "rho" in refuses(mst, chain_records, budget=-1.0)
+    assert "not ε-DP" in refuses(mst, chain_records, budget=PureDP(1.0))
+    assert "exceeded" in refuses(mst, chain_records, budget=ZCDP(2.0))
+    assert "rng_key" in refuses(mst, chain_records, rng_key=None)
+    assert "cannot be seeded" in refuses(mst, chain_records, sampler="opendp")
+    assert "zz" in refuses(mst, chain_records, initial_cliques=[("a", "zz")])
+    assert "neighbouring" in refuses(mst, chain_records, neighbours="swap")
+    assert "iters" in refuses(mst, chain_records, iters=0)
     with pytest.raises(ValueError, match="delta"):
         ApproxDP(1.0, 1.5)
     with pytest.raises(ValueError, match="epsilon"):
