@@ -189,6 +189,27 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def table(summary: list[dict[str, Any]]) -> str:
+    """A Markdown table: per data set and ε, each contender's error (mean ± sd, runs) and
+    mean seconds."""
+    names = [c for c in OURS + MBI if any(r["contender"] == c for r in summary)]
+    lines = ["| data | ε | " + " | ".join(f"{c} error | {c} s" for c in names) + " |",
+             "|---|---|" + "---|---|" * len(names)]
+    for data, eps in sorted({(r["data"], r["epsilon"]) for r in summary},
+                            key=lambda k: (k[0] != "titanic", k[1])):
+        cells = []
+        for c in names:
+            row = next((r for r in summary if (r["data"], r["epsilon"], r["contender"]) ==
+                        (data, eps, c)), None)
+            if row is None or row["error_mean"] is None:
+                cells += ["timeout" if row and row["timeouts"] else "–", "–"]
+                continue
+            sd = f" ± {row['error_sd']:.3f}" if row["error_sd"] is not None else ""
+            cells += [f"{row['error_mean']:.3f}{sd} ({row['ok']})", f"{row['seconds_mean']:.0f}"]
+        lines.append(f"| {data} | {eps:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(args: argparse.Namespace) -> int:
     if args.one:
         data, mech, eps, seed, out = args.one
@@ -211,6 +232,7 @@ def main(args: argparse.Namespace) -> int:
                   f"seconds={r.get('seconds', float('nan')):.1f} "
                   f"load={r['loadavg_start'][0]:.1f}", flush=True)
             _write(args, runs, start)
+    print(table(summarise(runs)))
     return 0
 
 
