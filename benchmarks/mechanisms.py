@@ -76,6 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan", choices=["full", "reduced"], default="full")
     parser.add_argument("--contenders", nargs="+", default=list(OURS + MBI),
                         choices=list(OURS + MBI))
+    parser.add_argument("--data", nargs="+", default=["titanic", "adult"],
+                        choices=["titanic", "adult"], help="data sets of the plan to run")
     parser.add_argument("--mbi-python", default="/tmp/mbi-venv/bin/python",
                         help="Python of an environment with mbi installed")
     parser.add_argument("--mbi-repo", type=Path, default=Path("/tmp/mbi-src"),
@@ -223,7 +225,7 @@ def main(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for data, contender, eps, seed in plan(args.plan):
-            if contender not in args.contenders:
+            if contender not in args.contenders or data not in args.data:
                 continue
             r = run(data, contender, eps, seed, args, Path(tmp))
             runs.append(r)
