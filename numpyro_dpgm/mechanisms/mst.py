@@ -12,15 +12,17 @@ conversion of Canonne, Kamath & Steinke 2020, as mbi's ``cdp_rho``), split in th
 2. **Compress** the domain: values whose noisy count is below ``3σ₁`` are merged
    (:mod:`.compression`; §4 "Domain compression", mbi's ``compress_domain``).
 3. **Select** a spanning tree of attribute pairs with ``ρ/3``: fit the independence model
-   ``p̂`` to the one-way measurements, score each pair by ``q_ab = ‖n_ab − N̂·p̂_ab‖₁`` (its
+   ``p̂`` to the one-way measurements (mbi runs 2,500 mirror-descent iterations; a model of
+   one-way cliques separates by attribute, and its exact fit is solved here in closed form,
+   :func:`independent_fit`), score each pair by ``q_ab = ‖n_ab − N̂·p̂_ab‖₁`` (its
    L1 error; sensitivity 1 under add/remove, 2 under replace-one), and run Kruskal's algorithm
    with the exponential mechanism choosing each of the ``r − 1`` edges among the pairs that
    join two components, each at ``ε = √(8·(ρ/3)/(r − 1))`` (``ε²/8``-zCDP each; mbi's
    ``select``). ``r`` is the number of components left by the optional initial cliques.
 4. **Measure** the tree's pairs (and the initial cliques) together at ``ρ/3``:
    ``σ₂ = √(3m/(2ρ))`` for ``m`` tables.
-5. **Generate**: Prox-PGM on all measurements, warm-started from the independence model
-   (mbi runs 10,000 mirror-descent iterations, the default here).
+5. **Generate**: Prox-PGM on all measurements (mbi runs 10,000 mirror-descent iterations, the
+   default here), one compiled program for the run.
 
 When a stage has nothing to do (one attribute; initial cliques that already connect every
 attribute) the budget is split evenly over the stages that run. The fitted model lives on the
@@ -39,11 +41,12 @@ from typing import Any
 
 import numpy as np
 from networkx.utils import UnionFind
+from scipy import optimize
 
 from ..data import count
 from ..domain import Clique, Domain
 from ..estimation import Result
-from ..measurements import Measurement
+from ..measurements import Measurement, estimate_total
 from ..privacy.conversions import Conversion
 from ..privacy.guarantees import ZCDP, PrivacyCost
 from ..privacy.ledger import PrivacyLedger
@@ -52,9 +55,38 @@ from ._inputs import check_cliques, check_positive_int, setup, split_key
 from .compression import Compression, compress_domain
 from .refit import Refit
 from .selection import exponential_mechanism, selection_epsilon
-from .workload import model_marginals
 
-__all__ = ["mst"]
+__all__ = ["independent_fit", "mst"]
+
+
+def independent_fit(measurements: Sequence[Measurement], total: float) -> dict[str, np.ndarray]:
+    """The exact fit of a model of one-way cliques to one-way measurements, per attribute.
+
+    With ``N`` fixed, the L2 loss separates by attribute: ``p_a`` minimises
+    ``Σ_i w_i (N·p_i − z_i)²`` over the probability simplex, where each answer is
+    ``d_i·n_i + noise`` (``d`` the query's diagonal, 1 without a query), ``z_i = y_i/d_i`` and
+    ``w_i = d_i²``. The KKT conditions give ``p_i = max(0, z_i/N + ν/(w_i N²))`` with the one
+    scalar ``ν`` that makes ``Σ p_i = 1`` (found by root finding). This is the optimum that
+    Prox-PGM's mirror descent approaches on the same measurements.
+    """
+    out = {}
+    for m in measurements:
+        d = np.ones(m.values.size) if m.query is None else np.diag(m.query)
+        if m.query is not None and not np.allclose(m.query, np.diag(d)):
+            raise ValueError(f"the measurement of {m.clique} has a query that is not diagonal")
+        z, w = m.values / d, d * d
+
+        def excess(nu: float, z: np.ndarray = z, w: np.ndarray = w) -> float:
+            return float(np.maximum(0.0, z / total + nu / (w * total**2)).sum() - 1.0)
+
+        lo = -float(np.max(np.abs(z) * w)) * total - 1.0  # every p_i is 0 here
+        hi = float(np.max(w)) * total**2
+        while excess(hi) < 0:
+            hi *= 2.0
+        nu = optimize.brentq(excess, lo, hi, xtol=1e-12 * max(1.0, abs(hi)), rtol=1e-14)
+        p = np.maximum(0.0, z / total + nu / (w * total**2))
+        out[m.clique[0]] = p / p.sum()
+    return out
 
 
 def _components(domain: Domain, cliques: Sequence[Clique]) -> UnionFind:
@@ -77,7 +109,6 @@ def mst(
     neighbours: str = "add_remove",
     conversion: Conversion = "cks20",
     iters: int = 10_000,
-    select_iters: int = 2_500,
     callback: Callable[[int, dict], None] | None = None,
 ) -> Result:
     """MST (McKenna, Miklau & Sheldon 2021): see the module notes for every step and constant.
@@ -109,8 +140,6 @@ def mst(
         The ``(ε, δ) → ρ`` conversion of an ``ApproxDP`` budget.
     iters : int
         Prox-PGM iterations of the final fit (step 5).
-    select_iters : int
-        Prox-PGM iterations of the independence model of step 3 (mbi: 2,500).
     callback : callable ``(step, info) -> None``, optional
         Progress: after each selected edge (``info["stage"] == "select"``) and after the final
         fit (``"generate"``).
@@ -124,7 +153,7 @@ def mst(
         Measurements on ``domain``), ``domain`` (the compressed domain), ``compression``
         (:class:`Compression` or ``None``), ``rho``, ``sigma`` (``{"one_way": σ₁,
         "cliques": σ₂}``), ``epsilon_selection``, ``ledger``, ``fit`` (the final Prox-PGM
-        Result), ``total``, ``costs`` (per refit: seconds, compile seconds, compiles,
+        Result), ``total``, ``costs`` (the final fit's seconds, compile seconds, compiles,
         iterations), ``seconds`` (per stage), ``sampler``.
 
     Raises
@@ -142,7 +171,6 @@ def mst(
     initial = ([] if initial_cliques is None else
                check_cliques(initial_cliques, dom, "initial clique", min_size=2))
     iters = check_positive_int(iters, "iters")
-    select_iters = check_positive_int(select_iters, "select_iters")
 
     d = len(dom)
     r = len(list(_components(dom, initial).to_sets()))
@@ -181,13 +209,14 @@ def mst(
 
     # 3. the tree, edge by edge, by the exponential mechanism at ρ/3 in total
     tic = time.perf_counter()
-    refit = Refit(cdom, select_iters)
-    est = refit(log1, oneway)
+    total = estimate_total(log1)
+    p_hat = independent_fit(log1, total)
     parts = _components(dom, initial)
     selected: list[Clique] = []
     if r > 1:
-        marg = model_marginals(est, cdom, pairs)
-        scores = {e: float(np.abs(table(e) - refit.total * marg[e]).sum()) for e in pairs}
+        scores = {(a, b): float(np.abs(table((a, b)) - total * np.multiply.outer(p_hat[a],
+                                                                                 p_hat[b])).sum())
+                  for a, b in pairs}
         for step in range(r - 1):
             k3, k_sel = split_key(k3, 2)
             candidates = [e for e in pairs if parts[e[0]] != parts[e[1]]]
@@ -215,7 +244,8 @@ def mst(
 
     # 5. generate
     tic = time.perf_counter()
-    model = refit(log1 + log2, oneway + cliques, iters)
+    refit = Refit(cdom, iters)
+    model = refit(log1 + log2, oneway + cliques)
     seconds["generate"] = time.perf_counter() - tic
     if callback is not None:
         callback(max(r - 1, 0) + 1, {"stage": "generate", "seconds": seconds["generate"],
