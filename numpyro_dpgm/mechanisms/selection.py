@@ -173,6 +173,9 @@ def exponential_mechanism(
         index = int(meas(scores.tolist()))
     else:
         dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-        gumbel = np.asarray(jax.random.gumbel(key, scores.shape, dtype=dtype))
+        # drawn in a power-of-two length (sliced), so that a run whose number of candidates
+        # changes every round compiles the sampler a few times, not once per length
+        size = 1 << max(0, int(scores.size - 1).bit_length())
+        gumbel = np.asarray(jax.random.gumbel(key, (size,), dtype=dtype))[: scores.size]
         index = int(np.argmax(logits + gumbel))
     return Selection(index, probs)
