@@ -207,7 +207,9 @@ def table(summary: list[dict[str, Any]]) -> str:
                 cells += ["timeout" if row and row["timeouts"] else "–", "–"]
                 continue
             sd = f" ± {row['error_sd']:.3f}" if row["error_sd"] is not None else ""
-            cells += [f"{row['error_mean']:.3f}{sd} ({row['ok']})", f"{row['seconds_mean']:.0f}"]
+            late = f", {row['timeouts']} timeout" if row["timeouts"] else ""
+            cells += [f"{row['error_mean']:.3f}{sd} ({row['ok']}{late})",
+                      f"{row['seconds_mean']:.0f}"]
         lines.append(f"| {data} | {eps:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
