@@ -3,10 +3,11 @@
 The package namespace is the front door: ``import numpyro_dpgm as dpgm`` gives the core types
 (:class:`Domain`, :class:`MarkovNetwork`, :class:`Measurement` and its noise specs), releases
 and privacy accounting (:func:`release`, :class:`PrivacyLedger`, :class:`PureDP`, ...), the
-estimators (:func:`naive_mle`, :func:`prox_pgm`, :func:`cgm_em`, :func:`mwem_pgm`, ...) with
-their :class:`Result`, synthesis, Rubin's rules and files; the subpackages
+estimators (:func:`naive_mle`, :func:`prox_pgm`, :func:`cgm_em`, ...) with their
+:class:`Result`, the mechanisms (:func:`mst`, :func:`aim`, :func:`mwem_pgm`), synthesis,
+Rubin's rules and files; the subpackages
 (``dpgm.distributions``, ``dpgm.infer``, ``dpgm.inference``, ``dpgm.estimation``,
-``dpgm.privacy``, ``dpgm.io``, ``dpgm.metrics``) hold the rest.
+``dpgm.mechanisms``, ``dpgm.privacy``, ``dpgm.io``, ``dpgm.metrics``) hold the rest.
 
 The names load on first use (PEP 562), so ``import numpyro_dpgm`` and ``dpgm --help`` do not
 pay for JAX, NumPyro and ArviZ until something needs them. Importing the package sets no global
@@ -44,7 +45,6 @@ _SOURCES: dict[str, str] = {
     "learn_structure": ".estimation",
     "learn_twise": ".estimation",
     "mcem": ".estimation",
-    "mwem_pgm": ".estimation",
     "naive_mle": ".estimation",
     "posterior_mean": ".estimation",
     "prox_pgm": ".estimation",
@@ -63,6 +63,9 @@ _SOURCES: dict[str, str] = {
     "Laplace": ".measurements",
     "Measurement": ".measurements",
     "estimate_total": ".measurements",
+    "aim": ".mechanisms",
+    "mst": ".mechanisms",
+    "mwem_pgm": ".mechanisms",
     "MarkovNetwork": ".network",
     "ZCDP": ".privacy",
     "ApproxDP": ".privacy",
@@ -78,7 +81,8 @@ _SOURCES: dict[str, str] = {
 }
 
 #: The subpackages the namespace gives as attributes.
-_SUBPACKAGES = ("distributions", "estimation", "infer", "inference", "io", "metrics", "privacy")
+_SUBPACKAGES = ("distributions", "estimation", "infer", "inference", "io", "mechanisms", "metrics",
+                "privacy")
 
 __all__ = sorted([*_SOURCES, *_SUBPACKAGES])
 
@@ -88,6 +92,7 @@ if TYPE_CHECKING:  # the static view of the lazy names
     from . import infer as infer
     from . import inference as inference
     from . import io as io
+    from . import mechanisms as mechanisms
     from . import metrics as metrics
     from . import privacy as privacy
     from .combining import (
@@ -154,9 +159,6 @@ if TYPE_CHECKING:  # the static view of the lazy names
         mcem as mcem,
     )
     from .estimation import (
-        mwem_pgm as mwem_pgm,
-    )
-    from .estimation import (
         naive_mle as naive_mle,
     )
     from .estimation import (
@@ -209,6 +211,15 @@ if TYPE_CHECKING:  # the static view of the lazy names
     )
     from .measurements import (
         estimate_total as estimate_total,
+    )
+    from .mechanisms import (
+        aim as aim,
+    )
+    from .mechanisms import (
+        mst as mst,
+    )
+    from .mechanisms import (
+        mwem_pgm as mwem_pgm,
     )
     from .network import (
         MarkovNetwork as MarkovNetwork,

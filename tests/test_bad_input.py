@@ -27,13 +27,13 @@ from numpyro_dpgm.estimation import (
     cgm_em,
     learn_ising,
     learn_pairwise,
-    mwem_pgm,
     naive_mle,
     private_frank_wolfe,
     prox_pgm,
 )
 from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
+from numpyro_dpgm.mechanisms import mwem_pgm
 from numpyro_dpgm.privacy import (
     ZCDP,
     ApproxDP,

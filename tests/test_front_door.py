@@ -23,15 +23,18 @@ PROMISED = {
     "release", "simulate_release", "release_tables", "PureDP", "ZCDP", "ApproxDP",
     "PrivacyLedger",
     # estimators
-    "naive_mle", "cgm_em", "prox_pgm", "mcem", "variational_em", "posterior_mean", "mwem_pgm",
+    "naive_mle", "cgm_em", "prox_pgm", "mcem", "variational_em", "posterior_mean",
     "psgd", "learn_ising", "learn_pairwise", "learn_twise", "learn_structure", "estimate_total",
     "Result",
+    # mechanisms
+    "mst", "aim", "mwem_pgm",
     # outputs
     "synthesize", "rubin", "analyse", "save_model", "load_model", "save_measurements",
     "load_measurements", "save_ledger", "load_ledger",
 }
 
-SUBPACKAGES = ("distributions", "infer", "inference", "estimation", "privacy", "io", "metrics")
+SUBPACKAGES = ("distributions", "infer", "inference", "estimation", "mechanisms", "privacy", "io",
+               "metrics")
 
 
 def test_all_is_sorted_and_without_duplicates() -> None:

@@ -113,8 +113,16 @@ LAYERS = {
     "numpyro_dpgm.privacy.samplers": MECHANISMS,  # needs distributions.noise
     "numpyro_dpgm.privacy.releases": MECHANISMS,  # needs distributions.noise and data only
     "numpyro_dpgm.privacy": MECHANISMS,
-    "numpyro_dpgm.estimation.mechanisms": MECHANISMS,
-    "numpyro_dpgm.estimation": MECHANISMS,  # re-exports estimation.mechanisms
+    "numpyro_dpgm.estimation": ESTIMATION,
+    "numpyro_dpgm.mechanisms": MECHANISMS,
+    "numpyro_dpgm.mechanisms._inputs": MECHANISMS,
+    "numpyro_dpgm.mechanisms.selection": MECHANISMS,  # OpenDP's noisy max (privacy.samplers)
+    "numpyro_dpgm.mechanisms.workload": MECHANISMS,
+    "numpyro_dpgm.mechanisms.compression": MECHANISMS,
+    "numpyro_dpgm.mechanisms.refit": MECHANISMS,
+    "numpyro_dpgm.mechanisms.mwem": MECHANISMS,
+    "numpyro_dpgm.mechanisms.mst": MECHANISMS,
+    "numpyro_dpgm.mechanisms.aim": MECHANISMS,
     "numpyro_dpgm.synthesis": MECHANISMS,  # records from estimates and posteriors (infer.bayes)
     "numpyro_dpgm.io": MECHANISMS,  # files of releases (privacy.releases) and models
     "numpyro_dpgm.io._files": MECHANISMS,
@@ -132,6 +140,7 @@ LAYERS = {
     "numpyro_dpgm.cli._release": FRONT,
     "numpyro_dpgm.cli._fit": FRONT,
     "numpyro_dpgm.cli._synth": FRONT,
+    "numpyro_dpgm.cli._mechanism": FRONT,
     "numpyro_dpgm.experiments": FRONT,
     "numpyro_dpgm.experiments._common": FRONT,
     "numpyro_dpgm.experiments.demo": FRONT,

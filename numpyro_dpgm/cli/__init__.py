@@ -4,7 +4,8 @@
 private-data workflow is three commands, each reading the previous one's file:
 
 ``dpgm release`` (records → measurements file), ``dpgm fit`` (measurements → model file),
-``dpgm synth`` (model → synthetic CSV/Parquet); ``dpgm bench`` runs the benchmarks of a
+``dpgm synth`` (model → synthetic CSV/Parquet; or, with ``--mechanism aim|mst``, records →
+synthetic CSV/Parquet in one step); ``dpgm bench`` runs the benchmarks of a
 source checkout. Bad input ends with a one-line ``error: ...`` on stderr, exit code 2, and no
 file written. File formats: :mod:`numpyro_dpgm.io`.
 
@@ -15,8 +16,9 @@ folder, renamed into place). Messages are printed as plain text (no rich markup)
 ``[labels]`` and other brackets show as written.
 
 Modules: one per command group (``_jobs``: demo, reproduce, bench; ``_release``; ``_fit``;
-``_synth``), with the plumbing they share (``_common``: errors, tables, output checks, budgets;
-``_progress``: progress on stderr). This module holds the app and registers the commands.
+``_synth`` with ``_mechanism``), with the plumbing they share (``_common``: errors, tables,
+output checks, budgets; ``_progress``: progress on stderr). This module holds the app and
+registers the commands.
 """
 
 from __future__ import annotations

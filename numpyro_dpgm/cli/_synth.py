@@ -1,5 +1,6 @@
 """``dpgm synth``: synthetic records (one data set, or one per posterior draw) from a model
-file, written as CSV or Parquet."""
+file, or from records by a private mechanism (``--mechanism aim|mst``, :mod:`._mechanism`),
+written as CSV or Parquet."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ from ._common import (
     _warn,
     console,
 )
+from ._mechanism import check_options, run_mechanism
 from ._progress import _stage
 
 
 def synth(
-    model: Annotated[Path, typer.Argument(help="model file from `dpgm fit`")],
+    model: Annotated[Path, typer.Argument(
+        help="model file from `dpgm fit`; with --mechanism, the records (CSV or Parquet)")],
     out: Annotated[Path, typer.Option("--out", "-o", help="synthetic data: .csv or .parquet")],
     records: Annotated[int | None, typer.Option(
         help="number of records (default: N of the fit)")] = None,
@@ -39,9 +42,33 @@ def synth(
     drop_unmodelled: Annotated[bool, typer.Option(
         "--drop-unmodelled", help="leave out the attributes in no released table (by default "
         "they are kept, drawn uniformly over their values, independently of the rest)")] = False,
+    mechanism: Annotated[str | None, typer.Option(
+        help="aim or mst: run that private mechanism on the records given (with --domain, "
+             "--epsilon, --delta) and write its synthetic data")] = None,
+    domain: Annotated[Path | None, typer.Option(
+        help='--mechanism: domain JSON of the records {"attr": size or [labels], ...}')] = None,
+    epsilon: Annotated[float | None, typer.Option(
+        help="--mechanism: ε of the (ε, δ) budget")] = None,
+    delta: Annotated[float | None, typer.Option(
+        help="--mechanism: δ of the (ε, δ) budget")] = None,
+    workload: Annotated[int | None, typer.Option(
+        help="AIM: all K-way marginals with at most 10,000 cells (default 3)")] = None,
+    target: Annotated[str | None, typer.Option(
+        help="AIM: the 3-way (or --workload K-way) marginals that contain this column")] = None,
+    max_model_size: Annotated[float | None, typer.Option(
+        help="AIM: cap on the model's size in MB (default 80)")] = None,
+    ledger: Annotated[Path | None, typer.Option(
+        help="--mechanism: privacy ledger file (zCDP), debited by the run; refuses to "
+             "overspend")] = None,
+    budget: Annotated[float | None, typer.Option(
+        help="--mechanism: total ε of a new --ledger file (with --delta)")] = None,
     force: Force = False,
 ) -> None:
-    """Draw synthetic records from a fitted model, with the original column names and labels.
+    """Draw synthetic records from a fitted model, with the original column names and labels;
+    or run a private mechanism (--mechanism aim|mst) on records and write its synthetic data.
+
+    With --mechanism, --seed SIMULATES: the selections and the noise come from the seeded JAX
+    sampler (not for real releases; default: OpenDP's vetted samplers).
 
     Attributes of the data in no released table are kept, drawn uniformly over their values
     (the maximum-entropy choice given no measurement of them), with a warning naming them.
@@ -60,6 +87,26 @@ def synth(
             raise ValueError(f"--records must be a positive integer, got {records}")
         if datasets < 1:
             raise ValueError(f"--datasets must be a positive integer, got {datasets}")
+        if mechanism is not None:
+            spend = check_options(mechanism, domain, epsilon, delta, workload, target,
+                                  max_model_size, posterior)
+            if not out.name.lower().endswith(TABLE_SUFFIXES):
+                raise ValueError(f"output {out}: expected a file name ending in "
+                                 f"{' or '.join(TABLE_SUFFIXES)}")
+            _enable_x64()
+            paths = ([_numbered(out, i + 1, datasets) for i in range(datasets)] if datasets > 1
+                     else [out])
+            run_mechanism(model, paths, mechanism=mechanism, domain=domain, budget=spend,
+                          workload=workload, target=target, max_model_size=max_model_size,
+                          records=records, seed=seed, ledger=ledger, total_budget=budget,
+                          drop_unmodelled=drop_unmodelled, force=force)
+            return
+        unused = {"--domain": domain, "--epsilon": epsilon, "--delta": delta,
+                  "--workload": workload, "--target": target,
+                  "--max-model-size": max_model_size, "--ledger": ledger, "--budget": budget}
+        given = [k for k, v in unused.items() if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply to --mechanism only")
         if datasets > 1 and not posterior:
             raise ValueError("--datasets needs --posterior (several data sets from one point "
                              "estimate share its error and are not for the combining rules)")

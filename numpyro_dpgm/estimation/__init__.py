@@ -8,7 +8,6 @@ from .contract import ESTIMATORS
 from .frank_wolfe import FrankWolfeResult, private_frank_wolfe
 from .losses import measurement_loss
 from .mcem import mcem
-from .mechanisms import exponential_mechanism, mwem_pgm, workload_error
 from .naive import DEFAULT_L2_FLOOR, default_l2, fit_mle, naive_mle, project_simplex
 from .posterior_mean import posterior_mean
 from .private_mrf import (
@@ -38,7 +37,6 @@ __all__ = [
     "em_start",
     "default_l2",
     "estimate_total",
-    "exponential_mechanism",
     "fit_mle",
     "learn_ising",
     "learn_pairwise",
@@ -48,7 +46,6 @@ __all__ = [
     "m_step",
     "mcem",
     "measurement_loss",
-    "mwem_pgm",
     "naive_mle",
     "pmw_parities",
     "posterior_mean",
@@ -58,5 +55,4 @@ __all__ = [
     "psgd",
     "stable_mode",
     "variational_em",
-    "workload_error",
 ]

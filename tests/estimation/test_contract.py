@@ -299,7 +299,7 @@ def test_other_learners_share_the_contract(name: str, second: str) -> None:
 
 
 def test_mwem_pgm_old_spellings_warn_and_agree() -> None:
-    from numpyro_dpgm.estimation import mwem_pgm
+    from numpyro_dpgm.mechanisms import mwem_pgm
     from numpyro_dpgm.privacy import ZCDP
 
     params = list(inspect.signature(mwem_pgm).parameters.values())

@@ -10,8 +10,8 @@ import pytest
 
 from numpyro_dpgm.data import count
 from numpyro_dpgm.distributions.mrf import MarkovRandomField
-from numpyro_dpgm.estimation.mechanisms import exponential_mechanism, mwem_pgm, workload_error
 from numpyro_dpgm.inference import junction_tree as jt
+from numpyro_dpgm.mechanisms import exponential_mechanism, mwem_pgm, workload_error
 from numpyro_dpgm.network import MarkovNetwork
 from numpyro_dpgm.privacy import ZCDP, ApproxDP, BudgetExceededError, PrivacyLedger, PureDP
 
@@ -72,13 +72,15 @@ def test_error_falls_with_budget_and_beats_uniform(records):
 
 def test_exponential_mechanism_probabilities_and_large_epsilon():
     scores = np.array([1.0, 3.0, 2.0])
-    i, p = exponential_mechanism(jax.random.key(0), scores, 2.0, 1.0)
+    i, p = exponential_mechanism(scores, 2.0, 1.0, sampler="jax", rng_key=jax.random.key(0))
     expected = np.exp(scores) / np.exp(scores).sum()  # exp(ε·s/(2Δ)) with ε = 2, Δ = 1
     np.testing.assert_allclose(p, expected, rtol=1e-12)
-    picks = [exponential_mechanism(jax.random.key(k), scores, 2.0, 1.0)[0] for k in range(2000)]
+    picks = [exponential_mechanism(scores, 2.0, 1.0, sampler="jax", rng_key=jax.random.key(k))[0]
+             for k in range(2000)]
     freq = np.bincount(picks, minlength=3) / 2000
     np.testing.assert_allclose(freq, expected, atol=0.04)  # > 4 standard errors
-    big = [exponential_mechanism(jax.random.key(k), scores, 100.0, 1.0)[0] for k in range(50)]
+    big = [exponential_mechanism(scores, 100.0, 1.0, sampler="jax", rng_key=jax.random.key(k))[0]
+           for k in range(50)]
     assert big == [1] * 50
 
 
@@ -135,6 +137,6 @@ def test_bad_input(records):
     with pytest.raises(ValueError, match="currency"):  # a pure ledger cannot pay zCDP
         call(ledger=PrivacyLedger(PureDP(10.0)))
     with pytest.raises(ValueError, match="epsilon"):
-        exponential_mechanism(jax.random.key(0), [1.0, 2.0], 0.0, 1.0)
+        exponential_mechanism([1.0, 2.0], 0.0, 1.0, sampler="jax", rng_key=0)
     with pytest.raises(ValueError, match="scores"):
-        exponential_mechanism(jax.random.key(0), [], 1.0, 1.0)
+        exponential_mechanism([], 1.0, 1.0, sampler="jax", rng_key=0)

@@ -41,9 +41,17 @@ before its randomness is drawn):
   every round after the first has a candidate; if no workload clique fits on its own the call is
   refused before anything is spent.
 
-Randomness: the exponential mechanism (Gumbel-max) and the measurement noise are drawn from the
-JAX key ``key``; this is **for simulation studies only** (reproducible, but floating-point
-samplers are not hardened for real releases; see :func:`numpyro_dpgm.privacy.simulate_noise`).
+Randomness: with ``sampler="jax"`` (the default, kept from the previous release) the
+exponential mechanism (Gumbel-max) and the measurement noise are drawn from the JAX key
+``rng_key``: **for simulation studies only** (reproducible, but floating-point samplers are not
+hardened for real releases; see :func:`numpyro_dpgm.privacy.simulate_noise`).
+``sampler="opendp"`` draws both with OpenDP's vetted samplers
+(:func:`~numpyro_dpgm.mechanisms.selection.exponential_mechanism`,
+:func:`~numpyro_dpgm.privacy.release_tables`).
+
+The refits are warm-started Prox-PGM fits (:class:`~numpyro_dpgm.mechanisms.refit.Refit`):
+repeated Gaussian measurements of a clique are merged for the fit (same optimum), so a round
+that re-selects a clique compiles nothing.
 """
 
 from __future__ import annotations
@@ -54,123 +62,31 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ..data import Dataset, count
+from ..data import count
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
+from ..estimation import Result
+from ..estimation.contract import learner
 from ..inference import junction_tree as jt
-from ..inference.calibration import calibrate_marginals, clique_log_potentials
 from ..inference.oracles import MarginalOracle
-from ..inference.queries import query_marginal
 from ..measurements import Gaussian, Measurement
-from ..metrics import embed_theta
 from ..network import MarkovNetwork
 from ..privacy.conversions import approx_to_zcdp
 from ..privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.releases import release_tables
 from ..privacy.sensitivity import _check_neighbours, calibrate, marginal_sensitivity
-from .contract import learner
-from .prox_pgm import prox_pgm
-from .result import Result
+from ._inputs import resolve_key, resolve_records, split_key
+from .refit import Refit
+from .selection import exponential_mechanism
+from .workload import check_workload, model_marginals, workload_error
 
-__all__ = ["DEFAULT_MAX_CELLS", "exponential_mechanism", "mwem_pgm", "workload_error"]
+__all__ = ["DEFAULT_MAX_CELLS", "mwem_pgm"]
 
 #: Default cap on the number of cells of the model's junction tree (8e6 float64 cells = 64 MB).
 DEFAULT_MAX_CELLS = 8_000_000
-
-
-def exponential_mechanism(
-    key: Any, scores: Any, epsilon: float, sensitivity: float
-) -> tuple[int, np.ndarray]:
-    """Sample an index with probability ``∝ exp(ε·score/(2Δ))`` (McSherry & Talwar 2007).
-
-    Drawn by the Gumbel-max trick from the JAX key: **for simulation studies only**.
-
-    Parameters
-    ----------
-    key : JAX PRNG key
-    scores : array ``(k,)``
-        Utility of every candidate (larger is better), finite.
-    epsilon : float
-        ``ε > 0``; the mechanism is ε-DP and ε²/8-zCDP (Cesar & Rogers 2021).
-    sensitivity : float
-        ``Δ``, the largest change of any score between neighbouring data sets.
-
-    Returns
-    -------
-    index : int
-        The selected candidate.
-    probabilities : numpy array ``(k,)``
-        The selection probabilities (for diagnostics).
-    """
-    scores = np.asarray(scores, dtype=float)
-    if scores.ndim != 1 or scores.size == 0 or not np.all(np.isfinite(scores)):
-        raise ValueError("scores must be a non-empty 1-d array of finite numbers")
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
-    if not (math.isfinite(sensitivity) and sensitivity > 0):
-        raise ValueError(f"sensitivity must be a positive finite number, got {sensitivity!r}")
-    logits = epsilon * (scores - scores.max()) / (2.0 * sensitivity)
-    probs = np.exp(logits - np.logaddexp.reduce(logits))
-    gumbel = np.asarray(jax.random.gumbel(key, scores.shape, dtype=jnp.float64
-                                          if jax.config.jax_enable_x64 else jnp.float32))
-    return int(np.argmax(logits + gumbel)), probs
-
-
-def _tree_marginals(network: MarkovNetwork, theta: Any) -> tuple[Any, Any]:
-    tree = jt.build_junction_tree(network)
-    return tree, calibrate_marginals(tree, clique_log_potentials(tree, network, theta))
-
-
-def _model_marginals(
-    model: MarkovRandomField | None, domain: Domain, cliques: Sequence[Clique]
-) -> dict[Clique, np.ndarray]:
-    """Probability tables of ``cliques`` under ``model`` (uniform when ``None``)."""
-    if model is None:
-        return {c: np.full(domain.shape_of(c), 1.0 / domain.size(c)) for c in cliques}
-    tree, cal = _tree_marginals(model.network, model.theta)
-    return {c: np.asarray(query_marginal(tree, cal, c)) for c in cliques}
-
-
-def workload_error(
-    model: MarkovRandomField | None,
-    tables: Mapping[Clique, Any],
-) -> float:
-    """Mean total-variation distance ``½‖p̂_C − n_C/N‖₁`` over the workload's tables.
-
-    The error metric of seed 003's experiments (Appendix C; "L1 error" there). ``model=None``
-    stands for the uniform distribution.
-    """
-    if not tables:
-        raise ValueError("no tables to compare with")
-    if model is None:
-        shapes = {c: np.shape(t) for c, t in tables.items()}
-        est = {c: np.full(s, 1.0 / int(np.prod(s))) for c, s in shapes.items()}
-    else:
-        est = _model_marginals(model, model.network.domain, list(tables))
-    errs = []
-    for c, t in tables.items():
-        t = np.asarray(t, dtype=float)
-        errs.append(0.5 * np.abs(est[c] - t / t.sum()).sum())
-    return float(np.mean(errs))
-
-
-def _check_workload(workload: Any, domain: Domain) -> list[Clique]:
-    if isinstance(workload, str) or not isinstance(workload, Iterable):
-        raise TypeError(f"workload must be a list of attribute tuples, got {workload!r}")
-    items = [domain.check_clique((c,) if isinstance(c, str) else tuple(c)) for c in workload]
-    if not items:
-        raise ValueError("the workload is empty: give at least one marginal")
-    seen: set[frozenset[str]] = set()
-    for c in items:
-        if frozenset(c) in seen:
-            raise ValueError(f"workload clique {c} is listed twice")
-        seen.add(frozenset(c))
-    return items
 
 
 def _round_costs(
@@ -198,7 +114,7 @@ def mwem_pgm(
     domain: Domain | Mapping[str, int] | None,
     *,
     budget: PrivacyCost | float,
-    rng_key: Any,
+    rng_key: Any = None,
     ledger: PrivacyLedger | None = None,
     workload: Sequence[Iterable[str]],
     rounds: int,
@@ -211,6 +127,7 @@ def mwem_pgm(
     oracle: str | MarginalOracle | Callable[[MarkovNetwork], MarginalOracle] = "exact",
     iters: int = 100,
     callback: Callable[[int, dict], None] | None = None,
+    sampler: str = "jax",
 ) -> Result:
     """MWEM with a graphical-model back end (Hardt et al. 2012; seed 003, §5 and App. C.2).
 
@@ -231,7 +148,8 @@ def mwem_pgm(
     rounds : int
         ``T``, the number of select–measure–update rounds.
     rng_key : JAX PRNG key or int
-        Seeds the exponential mechanism and the noise: **simulation studies only**.
+        Seeds the exponential mechanism and the noise of ``sampler="jax"`` (required there):
+        **simulation studies only**. Refused by ``sampler="opendp"``.
     ledger : PrivacyLedger, optional
         Debited with every selection and measurement; it must be able to pay the whole budget
         up front (otherwise :class:`BudgetExceededError` before anything is touched). Default: a
@@ -258,6 +176,9 @@ def mwem_pgm(
         Prox-PGM iterations per round (warm-started).
     callback : callable ``(round, info) -> None``, optional
         Progress report after each round (``info`` holds the selected clique and the error).
+    sampler : {"jax", "opendp"}
+        ``"jax"``: seeded samplers (simulation studies only); ``"opendp"``: OpenDP's vetted
+        samplers for the selection and the noise (real runs; not seedable).
 
     Returns
     -------
@@ -269,7 +190,8 @@ def mwem_pgm(
         ``selection_probability`` (probability the chosen clique had), ``num_candidates``
         (eligible cliques per round), ``measurements``, ``noise`` (NoiseSpec of the
         measurements), ``epsilon_selection``, ``score_sensitivity``, ``ledger``,
-        ``fit`` (the last Prox-PGM :class:`Result`), ``total``.
+        ``fit`` (the last Prox-PGM :class:`Result`), ``total``, ``costs`` (per round: the
+        refit's ``seconds``, ``compile_seconds``, ``compiles``, ``iterations``).
 
     Raises
     ------
@@ -278,19 +200,13 @@ def mwem_pgm(
     BudgetExceededError
         The ledger cannot pay the budget; nothing is spent.
     """
-    key = rng_key
     start = time.perf_counter()
-    # -- data and domain ----------------------------------------------------------------------
-    if isinstance(data, Dataset):
-        if domain is not None and Domain(domain) != data.domain:
-            raise ValueError("the Dataset carries its own domain, which differs from domain=")
-        records, dom = data.records, data.domain
-    else:
-        if domain is None:
-            raise ValueError("records need their domain: pass domain= (or a Dataset)")
-        dom = domain if isinstance(domain, Domain) else Domain(domain)
-        records = data
-    cliques_w = _check_workload(workload, dom)
+    records, dom = resolve_records(data, domain)
+    weighted = check_workload(workload, dom)
+    if any(w != 1.0 for _, w in weighted):
+        raise ValueError("MWEM+PGM answers every workload marginal alike: give cliques "
+                         "without weights")
+    cliques_w = [c for c, _ in weighted]
 
     # -- options ------------------------------------------------------------------------------
     if isinstance(rounds, bool) or not isinstance(rounds, int | np.integer) or rounds < 1:
@@ -324,8 +240,8 @@ def mwem_pgm(
         ledger = PrivacyLedger(budget, currency="zcdp" if isinstance(budget, ApproxDP) else None)
     elif not isinstance(ledger, PrivacyLedger):
         raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
+    key = resolve_key(sampler, rng_key)
     ledger.check(whole, "MWEM+PGM (whole run)")  # refuse before touching the data
-    key = jax.random.key(int(key)) if isinstance(key, int | np.integer) else key
 
     # noise of every measurement (data-independent), and the selection penalty per clique
     spec, _ = calibrate(mechanism, meas_budget,  # type: ignore[arg-type]
@@ -353,8 +269,8 @@ def mwem_pgm(
     true = count(records, cliques_w, dom)
     true_tables = {c: np.asarray(true[c]) for c in cliques_w}
 
+    refit = Refit(dom, int(iters), oracle, total_count)
     model: MarkovRandomField | None = None
-    fit: Result | None = None
     model_cliques: list[Clique] = []
     measurements: list[Measurement] = []
     selected: list[Clique] = []
@@ -363,44 +279,38 @@ def mwem_pgm(
     errors = [workload_error(None, true_tables)]
     scale = 0.0 if total_count is None else total_count
     for r in range(rounds):
-        key, k_sel, k_noise = jax.random.split(key, 3)
+        key, k_sel, k_noise = split_key(key, 3)
         in_model = {frozenset(c) for c in model_cliques}
         candidates = [
             c for c in cliques_w
             if any(frozenset(c) <= m for m in in_model) or tree_cells(model_cliques + [c])
             <= max_cells
         ]
-        est = _model_marginals(model, dom, candidates)
+        est = model_marginals(model, dom, candidates)
         scores = np.array([
             np.abs(true_tables[c] - scale * est[c]).sum() - pen[c] for c in candidates
         ])
-        ledger.debit([sel_cost, PureDP(eps_sel)], f"MWEM round {r + 1}: exponential mechanism",
-                     {"mechanism": "exponential", "epsilon": eps_sel,
-                      "sensitivity": score_sens, "candidates": len(candidates),
-                      "sampler": "jax"})
-        i, probs = exponential_mechanism(k_sel, scores, eps_sel, score_sens)
+        i, probs = exponential_mechanism(
+            scores, eps_sel, score_sens, sampler=sampler, rng_key=k_sel, ledger=ledger,
+            label=f"MWEM round {r + 1}: exponential mechanism")
         choice = candidates[i]
         selected.append(choice)
         probs_sel.append(float(probs[i]))
         n_cand.append(len(candidates))
         measurements += release_tables(
             {choice: true_tables[choice]}, meas_budget, domain=dom, mechanism=mechanism,
-            neighbours=neighbours, rng_key=k_noise, ledger=ledger, sampler="jax",
+            neighbours=neighbours, rng_key=k_noise, ledger=ledger, sampler=sampler,
             label=f"MWEM round {r + 1}: {mechanism} measurement of {choice}",
         )
-        if frozenset(choice) not in {frozenset(c) for c in model_cliques}:
+        if frozenset(choice) not in in_model:
             model_cliques.append(choice)
-        network = MarkovNetwork(dom, list(model_cliques))
-        init = None if model is None else embed_theta(model.network, model.theta, network)
-        fit = prox_pgm(measurements, network, total_count=total_count, max_iters=int(iters),
-                       oracle=oracle, init=init)
-        model = fit.model
-        scale = float(fit.extras["total_count"])
+        model = refit(measurements, model_cliques)
+        scale = refit.total
         errors.append(workload_error(model, true_tables))
         if callback is not None:
             callback(r + 1, {"selected": choice, "error": errors[-1]})
 
-    assert fit is not None and model is not None
+    assert model is not None
     extras = {
         "selected": tuple(selected),
         "errors": np.asarray(errors),
@@ -411,8 +321,9 @@ def mwem_pgm(
         "epsilon_selection": eps_sel,
         "score_sensitivity": score_sens,
         "ledger": ledger,
-        "fit": fit,
+        "fit": refit.fit,
         "total": scale,
+        "costs": tuple(refit.costs),
     }
     return Result(model=model, loss_trace=np.asarray(errors), iterations=rounds, converged=True,
                   elapsed=time.perf_counter() - start, extras=extras)
