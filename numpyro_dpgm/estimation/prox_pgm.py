@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -74,6 +73,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._precision import warn_if_float32
+from .._warnings import warn
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
 from ..inference import junction_tree as jt
@@ -123,14 +123,13 @@ def _warn_not_converged(max_iters: int, trace: Any, window: int) -> None:
     t = len(trace) - 1
     back = max(0, t - window)
     moved = float(trace[back] - trace[t])
-    warnings.warn(
+    warn(
         f"prox_pgm stopped at the iteration limit (max_iters={max_iters}) before converging: "
         f"the loss still fell by {moved:.3g} over the last {t - back} iterations (final loss "
         f"{float(trace[t]):.6g}). The fit may be far from the optimum; raise max_iters or "
         "continue from this fit with init=fit.model (pass tol=0 to run a fixed number of "
         "iterations without this warning).",
         ProxPGMConvergenceWarning,
-        stacklevel=4,
     )
 
 

@@ -82,13 +82,14 @@ def test_huge_budget_reproduces_the_workload_exactly(chain_records):
     tables = count(chain_records, workload, CHAIN)
     assert workload_error(fit.model, tables) < 1e-4
     # a fit per round; only those that add a clique have a new structure (Prox-PGM compiles),
-    # and the others spend a small fraction of that compiling (a slice of the loss trace)
+    # and the others spend a small fraction of that compiling (a slice of the loss trace); both
+    # are 0 where an earlier test in this process compiled the same programs
     costs = fit.extras["costs"]
     assert len(costs) == len(fit.extras["rounds"]) + 2
     new = [c for c in costs if c["new_structure"]]
     assert len(new) == len(fit.extras["cliques"]) - 3  # the 4 one-way cliques come in one fit
     same = [c for c in costs if not c["new_structure"]]
-    assert same and max(c["compile_seconds"] for c in same) < 0.25 * min(
+    assert same and max(c["compile_seconds"] for c in same) <= 0.25 * min(
         c["compile_seconds"] for c in new)
 
 
