@@ -14,8 +14,8 @@ is either relaxed (default): real tables on the scaled marginal polytope ``N·M`
 (``relaxed=False``): integer tables with the exact junction-tree pmf, moved by the record swaps
 of :mod:`.records` inside :class:`numpyro.infer.HMCGibbs` (:mod:`.gibbs`). The relaxed density
 moves mass into cells whose expected count is small
-(:func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak`); the exact one does not. The prior is on the reference-coded parameters ``φ`` of
-:mod:`.coding` (the gauge).
+(:func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak`); the exact one does not. The
+prior is on the reference-coded parameters ``φ`` of :mod:`.coding` (the gauge).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class _Readout(NamedTuple):
 
 
 class NoisyMarginalsModel:
-    """A NumPyro model of noisy clique tables with a CGM latent (relaxed or exact) and a prior on ``θ``.
+    """NumPyro model of noisy clique tables: a CGM latent (relaxed or exact), a prior on ``θ``.
 
     Build it with :func:`noisy_marginals_model`. Calling it runs the model:
 

@@ -1,4 +1,4 @@
-r"""Exact moves of the latent count tables: the records behind the tables, swapped by Metropolis–Hastings.
+r"""Exact moves of the latent count tables: the records behind them, swapped by Metropolis–Hastings.
 
 The exact posterior of the integer clique tables ``n`` given ``θ`` and the release ``y`` is
 
