@@ -79,6 +79,7 @@ LAYERS = {
     "numpyro_dpgm.infer.bayes.model": INFER,
     "numpyro_dpgm.infer.bayes.initialization": INFER,
     "numpyro_dpgm.infer.bayes.records": INFER,
+    "numpyro_dpgm.infer.bayes.interweave": INFER,
     "numpyro_dpgm.infer.bayes.gibbs": INFER,
     "numpyro_dpgm.infer.bayes.checks": INFER,
     "numpyro_dpgm.infer.bayes.nuts": INFER,

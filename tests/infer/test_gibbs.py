@@ -37,6 +37,7 @@ from numpyro_dpgm.infer.bayes.records import (
     records_from_tables,
     tables_from_records,
 )
+from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.measurements import Laplace, Measurement
 
 
@@ -284,3 +285,72 @@ def test_exact_start_model_errors():
         run_nuts(model, jax.random.key(0), num_warmup=2, num_samples=2, num_chains=1,
                  exact=True, y=None)
     assert CollectiveGraphicalModel(NET1, jnp.zeros(3), N1).support.is_discrete
+
+
+# ------------------------------------------------------------------------------------------------
+# non-centred moves of (φ, n): invariance from exact joint draws
+# ------------------------------------------------------------------------------------------------
+def test_noncentred_moves_keep_the_exact_joint_posterior():
+    """Exact draws of ``(φ, n) | y`` for the three-level attribute (``φ`` on a fine Gauss–Hermite
+    grid, ``n | φ, y`` by enumeration), moved 8 times, keep their moments."""
+    from numpyro_dpgm.infer.bayes.interweave import noncentred_moves
+
+    model = noisy_marginals_model(NET1, [Measurement(("a",), Y1, Laplace(B1))], N1,
+                                  prior_scale=S1, relaxed=False)
+    x, w = np.polynomial.hermite_e.hermegauss(60)
+    g1, g2 = (a.ravel() for a in np.meshgrid(S1 * x, S1 * x, indexing="ij"))
+    logits = np.stack([np.zeros_like(g1), g1, g2], -1)
+    mu = np.exp(logits - logsumexp(logits, -1, keepdims=True))
+    tables = compositions(N1, 3)
+    log_joint = (np.log(np.outer(w, w)).reshape(-1, 1) + (tables[None] * np.log(mu)[:, None])
+                 .sum(-1) - gammaln(tables + 1).sum(-1)[None] + laplace_loglik(tables, Y1, B1))
+    flat = np.exp(log_joint - logsumexp(log_joint)).ravel()
+    rng = np.random.default_rng(5)
+    draws = 20_000
+    pick = rng.choice(flat.size, size=draws, p=flat / flat.sum())
+    phi0 = np.stack([g1, g2], -1)[pick // len(tables)]
+    n0 = tables[pick % len(tables)].astype(float)
+    plan = record_plan(model)
+    y = jnp.asarray(model.y)
+    move = jax.jit(jax.vmap(lambda k, n, p: noncentred_moves(plan, model, n, p, y, k, 8, 12)))
+    n1, phi1, acc = move(jax.random.split(jax.random.key(0), draws), jnp.asarray(n0),
+                         jnp.asarray(phi0))
+    n1, phi1 = np.asarray(n1), np.asarray(phi1)
+    assert 0.2 < float(np.mean(acc)) < 0.95
+    assert np.all(n1.sum(1) == N1) and np.mean(np.any(n1 != n0, axis=1)) > 0.3
+    w_joint = flat / flat.sum()
+    phi_grid = np.stack([g1, g2], -1)
+    phi_mean = (w_joint.reshape(-1, len(tables)).sum(1)) @ phi_grid
+    n_mean = w_joint.reshape(-1, len(tables)).sum(0) @ tables
+    se_phi = phi0.std(0) / np.sqrt(draws)
+    np.testing.assert_allclose(phi1.mean(0), phi_mean, atol=5 * se_phi.max())
+    np.testing.assert_allclose(n1.mean(0), n_mean, atol=5 * n0.std(0).max() / np.sqrt(draws))
+    np.testing.assert_allclose(phi1.std(0), phi0.std(0), rtol=0.03)
+
+
+def test_noncentred_moves_keep_the_prior_on_a_chain():
+    """With uninformative noise the posterior is the prior: ``φ ∼ N(0, s²)``, ``n ∼ CGM(θ)``;
+    moves that mix up the clique memberships must keep it."""
+    from numpyro_dpgm.infer.bayes.interweave import noncentred_moves
+
+    flat = [Measurement(("a", "b"), np.zeros(6), Laplace(1e6)),
+            Measurement(("b", "c"), np.zeros(6), Laplace(1e6))]
+    model = noisy_marginals_model(NETC, flat, 6, prior_scale=1.0, relaxed=False)
+    plan = record_plan(model)
+    draws = 6000
+    phi0 = jax.random.normal(jax.random.key(1), (draws, model.coding.dim))
+    eta = jax.vmap(lambda p: model.latent_theta(model.coding.to_theta(p)))(phi0)
+    n0 = jax.vmap(lambda t, k: CollectiveGraphicalModel(NETC, t, 6).sample(k))(
+        eta, jax.random.split(jax.random.key(2), draws))
+    y = jnp.asarray(model.y)
+    move = jax.jit(jax.vmap(lambda k, n, p: noncentred_moves(plan, model, n, p, y, k, 10, 6)))
+    n1, phi1, acc = move(jax.random.split(jax.random.key(3), draws), n0, phi0)
+    assert float(np.mean(acc)) > 0.5
+    phi1 = np.asarray(phi1)
+    np.testing.assert_allclose(phi1.mean(0), 0.0, atol=5 / np.sqrt(draws))
+    np.testing.assert_allclose(phi1.std(0), 1.0, atol=0.05)
+    # E[n | φ] = N μ(θ(φ)): the moved tables keep their law given the moved parameters
+    mu1 = jax.vmap(lambda p: NETC.flatten(jt.marginals(NETC, model.coding.to_theta(p))))(
+        jnp.asarray(phi1))
+    resid = np.asarray(n1) - 6 * np.asarray(mu1)
+    np.testing.assert_allclose(resid.mean(0), 0.0, atol=5 * resid.std(0).max() / np.sqrt(draws))

@@ -26,13 +26,23 @@ import jax
 import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.infer import NUTS, HMCGibbs
+from numpyro.infer.gibbs import with_conditioning
 from numpyro.infer.hmc_gibbs import HMCGibbsState
 from numpyro.infer.mcmc import MCMCKernel
 
+from .interweave import noise_share, noncentred_moves
 from .model import NoisyMarginalsModel
 from .records import exact_count_update, record_plan
 
-__all__ = ["ExactCounts", "ExactHMCGibbs", "default_moves", "exact_gibbs_fn", "exact_kernel"]
+__all__ = [
+    "ExactCounts",
+    "ExactHMCGibbs",
+    "default_interweave",
+    "default_moves",
+    "exact_gibbs_fn",
+    "exact_kernel",
+    "noncentred_fn",
+]
 
 Array = Any
 
@@ -43,6 +53,11 @@ MAX_DEFAULT_MOVES = 20_000
 def default_moves(total_count: int) -> int:
     """``K = min(N, max(1000, N / 4), 20 000)`` record swaps per update."""
     return int(min(total_count, max(1000, total_count // 4), MAX_DEFAULT_MOVES))
+
+
+def default_interweave(model: NoisyMarginalsModel) -> int:
+    """Non-centred moves per step by default: ``min(dim φ, 16)``."""
+    return int(min(model.coding.dim, 16))
 
 
 def exact_gibbs_fn(
@@ -94,6 +109,31 @@ def exact_gibbs_fn(
     return gibbs_fn
 
 
+def noncentred_fn(
+    model: NoisyMarginalsModel, *, moves: int, y: Array | None = None,
+) -> Callable[..., tuple[Array, Array]]:
+    """``(rng_key, phi, n) -> (phi, n)``: ``moves`` non-centred moves
+    (:func:`~numpyro_dpgm.infer.bayes.interweave.noncentred_moves`), per release, picking
+    ``φ_j`` by the noise share of its event in the release
+    (:func:`~numpyro_dpgm.infer.bayes.interweave.noise_share`)."""
+    plan = record_plan(model)
+    y_arr = jnp.asarray(model.y if y is None else y)
+    weights = noise_share(model)
+
+    def one(key: Array, phi: Array, n: Array, yy: Array) -> tuple[Array, Array]:
+        n, phi, _ = noncentred_moves(plan, model, n, phi, yy, key, moves, weights=weights)
+        return phi, n
+
+    def fn(rng_key: Array, phi: Array, n: Array) -> tuple[Array, Array]:
+        if n.ndim == 1:
+            return one(rng_key, phi, n, y_arr)
+        keys = jax.random.split(rng_key, n.shape[0])
+        yy = jnp.broadcast_to(y_arr, (n.shape[0], y_arr.shape[-1]))
+        return jax.vmap(one)(keys, phi, n, yy)
+
+    return fn
+
+
 class ExactState(HMCGibbsState):
     """:class:`~numpyro.infer.hmc_gibbs.HMCGibbsState` that also answers NUTS's statistics
     (``diverging``, ``num_steps``, ``accept_prob``, ``potential_energy``, ``energy``,
@@ -127,13 +167,41 @@ class ExactState(HMCGibbsState):
 
 
 class ExactHMCGibbs(HMCGibbs):
-    """:class:`numpyro.infer.HMCGibbs` with :class:`ExactState` (NUTS's statistics forwarded)."""
+    """:class:`numpyro.infer.HMCGibbs` with :class:`ExactState` (NUTS's statistics forwarded),
+    and, optionally, non-centred moves of ``(φ, n)`` after every sweep.
+
+    Parameters
+    ----------
+    inner_kernel : NUTS
+    gibbs_fn : callable
+    gibbs_sites : list of str
+    joint_fn : callable, optional
+        ``(rng_key, phi, n) -> (phi, n)``, a move that leaves the joint posterior invariant
+        (:func:`~numpyro_dpgm.infer.bayes.interweave.noncentred_moves`); NUTS's potential
+        and gradient are refreshed at its output.
+    """
 
     _state_cls = ExactState
 
-    def __init__(self, inner_kernel: NUTS, gibbs_fn: Callable[..., Any], gibbs_sites: list[str]):
+    def __init__(self, inner_kernel: NUTS, gibbs_fn: Callable[..., Any], gibbs_sites: list[str],
+                 joint_fn: Callable[..., Any] | None = None):
         super().__init__(inner_kernel, gibbs_fn=gibbs_fn, gibbs_sites=gibbs_sites)
         self._max_tree_depth = getattr(inner_kernel, "_max_tree_depth", None)
+        self._joint_fn = joint_fn
+
+    def sample(self, state: Any, model_args: tuple, model_kwargs: dict | None) -> Any:
+        state = super().sample(state, model_args, model_kwargs)
+        if self._joint_fn is None:
+            return state
+        gibbs_state, hmc_state = state.block_states
+        rng_key, key = jax.random.split(state.rng_key)
+        phi, n = self._joint_fn(key, hmc_state.z["phi"], gibbs_state.z["n"])
+        gibbs_state = gibbs_state._replace(z={"n": n})
+        kwargs = with_conditioning(model_kwargs, {"n": n})
+        hmc_state = self.inner_kernel.refresh(hmc_state._replace(z={"phi": phi}), model_args,
+                                              kwargs)
+        return state._replace(z={"n": n, "phi": phi}, block_states=(gibbs_state, hmc_state),
+                              rng_key=rng_key)
 
 
 class CountsState(NamedTuple):
@@ -194,6 +262,7 @@ def exact_kernel(
     model: NoisyMarginalsModel,
     *,
     moves: int | None = None,
+    interweave: int | None = None,
     y: Array | None = None,
     **nuts_options: Any,
 ) -> MCMCKernel:
@@ -205,6 +274,10 @@ def exact_kernel(
         With ``relaxed=False``.
     moves : int, optional
         Record swaps per update of ``n`` (:func:`default_moves`).
+    interweave : int, optional
+        Non-centred moves of ``(φ, n)`` per step (:mod:`.interweave`), which mix the
+        directions where the noise swamps the counts; default :func:`default_interweave`,
+        0 for none.
     y : array, optional
         The answers the run conditions on (default the released values).
     **nuts_options
@@ -225,4 +298,7 @@ def exact_kernel(
     fn = exact_gibbs_fn(model, moves=moves, y=y)
     if model.theta is not None:
         return ExactCounts(model, fn)
-    return ExactHMCGibbs(NUTS(model, **nuts_options), gibbs_fn=fn, gibbs_sites=["n"])
+    k = default_interweave(model) if interweave is None else int(interweave)
+    joint = noncentred_fn(model, moves=k, y=y) if k > 0 else None
+    return ExactHMCGibbs(NUTS(model, **nuts_options), gibbs_fn=fn, gibbs_sites=["n"],
+                         joint_fn=joint)

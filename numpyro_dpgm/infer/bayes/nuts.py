@@ -114,6 +114,7 @@ def run_nuts(
     max_tree_depth: int = 10,
     exact: bool | None = None,
     gibbs_moves: int | None = None,
+    interweave: int | None = None,
     check: bool = True,
     **model_kwargs: Any,
 ) -> MCMC:
@@ -148,6 +149,10 @@ def run_nuts(
     gibbs_moves : int, optional
         Record swaps per step on the exact path
         (:func:`~numpyro_dpgm.infer.bayes.gibbs.default_moves`).
+    interweave : int, optional
+        Non-centred moves of ``(φ, n)`` per step on the exact path
+        (:mod:`~numpyro_dpgm.infer.bayes.interweave`; default
+        :func:`~numpyro_dpgm.infer.bayes.gibbs.default_interweave`, 0 for none).
     check : bool
         After the run, warn (:class:`~numpyro_dpgm.infer.bayes.checks.ConvergenceWarning`)
         when a parameter's rank-normalised split R-hat exceeds 1.01, its bulk ESS is below 100
@@ -183,7 +188,7 @@ def run_nuts(
         n0 = _exact_start(sampled, values, y, num_chains, k_start)
         phi_values = {k: v for k, v in values.items() if k != "n"}
         kernel = exact_kernel(
-            sampled, moves=gibbs_moves, y=y,
+            sampled, moves=gibbs_moves, interweave=interweave, y=y,
             init_strategy=init_to_interior(values=phi_values, radius=radius),
             target_accept_prob=target_accept_prob, dense_mass=dense_mass,
             max_tree_depth=max_tree_depth)
