@@ -35,9 +35,12 @@ from .gibbs import exact_kernel
 from .initialization import _init_values, init_to_interior
 from .model import OBSERVED, NoisyMarginalsModel
 
-__all__ = ["NUTS_FIELDS", "choose_path", "run_nuts"]
+__all__ = ["DENSE_MAX_DIM", "NUTS_FIELDS", "choose_path", "run_nuts"]
 
 Array = Any
+
+#: Largest number of parameters ``φ`` for which the exact path adapts a dense mass matrix.
+DENSE_MAX_DIM = 1000
 
 #: Statistics :func:`run_nuts` collects per draw (besides ``diverging``), for ArviZ.
 NUTS_FIELDS = ("num_steps", "accept_prob", "potential_energy", "energy", "adapt_state.step_size")
@@ -110,7 +113,7 @@ def run_nuts(
     chain_method: str = "sequential",
     progress_bar: bool = False,
     target_accept_prob: float = 0.8,
-    dense_mass: bool = False,
+    dense_mass: bool | None = None,
     max_tree_depth: int = 10,
     exact: bool | None = None,
     gibbs_moves: int | None = None,
@@ -139,8 +142,13 @@ def run_nuts(
         The exact path with ``θ`` inferred runs ``"vectorized"`` as ``"sequential"``
         (:class:`numpyro.infer.HMCGibbs` takes one key at a time).
     progress_bar : bool
-    target_accept_prob, dense_mass, max_tree_depth :
+    target_accept_prob, max_tree_depth :
         NUTS options.
+    dense_mass : bool, optional
+        NUTS's mass matrix; default dense on the exact path when ``φ`` has at most
+        :data:`DENSE_MAX_DIM` entries (the reference-coded parameters are correlated: on a
+        97-cell Adult model a diagonal mass matrix took 315 leapfrog steps per draw and hit
+        the maximum depth, a dense one 28), diagonal otherwise and on the relaxed path.
     exact : bool, optional
         ``True``: the exact path (:mod:`numpyro_dpgm.infer.bayes.gibbs`); ``False``: the relaxed
         one; ``None`` (default): exact where the relaxation leak at the starting ``θ``
@@ -176,7 +184,7 @@ def run_nuts(
     if path == "relaxed":
         sampled = model.with_cgm(True) if isinstance(model, NoisyMarginalsModel) else model
         kernel = NUTS(sampled, init_strategy=init_to_interior(values=values, radius=radius),
-                      target_accept_prob=target_accept_prob, dense_mass=dense_mass,
+                      target_accept_prob=target_accept_prob, dense_mass=bool(dense_mass),
                       max_tree_depth=max_tree_depth)
         mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
                     num_chains=num_chains, chain_method=chain_method, progress_bar=progress_bar)
@@ -187,6 +195,8 @@ def run_nuts(
         k_start, rng_key = jax.random.split(rng_key)
         n0 = _exact_start(sampled, values, y, num_chains, k_start)
         phi_values = {k: v for k, v in values.items() if k != "n"}
+        if dense_mass is None:
+            dense_mass = sampled.theta is None and sampled.coding.dim <= DENSE_MAX_DIM
         kernel = exact_kernel(
             sampled, moves=gibbs_moves, interweave=interweave, y=y,
             init_strategy=init_to_interior(values=phi_values, radius=radius),
