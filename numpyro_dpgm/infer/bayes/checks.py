@@ -154,9 +154,10 @@ def warn_convergence(figures: ConvergenceFigures, path: str, stacklevel: int = 3
                   "size), start from the NLBP-EM estimate (init=em_start(model)), or run more "
                   "warm-up and draws")
     else:
-        remedy = ("run more draws and warm-up, more record swaps per step (gibbs_moves=, up to "
-                  "N), start from the NLBP-EM estimate (init=em_start(model)), or raise "
-                  "max_tree_depth if draws hit it")
+        remedy = ("run more draws and warm-up (the exact path mixes slowly where the noise "
+                  "swamps a cell's count), more record swaps per step (gibbs_moves=, up to N), "
+                  "non-centred moves (interweave=), start from the NLBP-EM estimate "
+                  "(init=em_start(model)), or raise max_tree_depth if draws hit it")
     warnings.warn(f"run_nuts ({path} path): {'; '.join(problems)}. Remedy: {remedy}.",
                   ConvergenceWarning, stacklevel=stacklevel)
 
