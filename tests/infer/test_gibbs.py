@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import itertools
 import warnings
 
 import jax
@@ -42,12 +41,14 @@ from numpyro_dpgm.measurements import Laplace, Measurement
 
 
 def compositions(total: int, parts: int) -> np.ndarray:
-    """Every vector of ``parts`` non-negative integers summing to ``total``."""
-    out = []
-    for bars in itertools.combinations(range(total + parts - 1), parts - 1):
-        edges = (-1,) + bars + (total + parts - 1,)
-        out.append([edges[i + 1] - edges[i] - 1 for i in range(parts)])
-    return np.asarray(out)
+    """Every vector of ``parts`` non-negative integers summing to ``total`` (recursively)."""
+    if parts == 1:
+        return np.array([[total]])
+    blocks = []
+    for first in range(total + 1):
+        rest = compositions(total - first, parts - 1)
+        blocks.append(np.column_stack([np.full(len(rest), first), rest]))
+    return np.concatenate(blocks)
 
 
 def log_multinomial(n: np.ndarray, p: np.ndarray) -> np.ndarray:

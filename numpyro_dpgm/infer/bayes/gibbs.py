@@ -138,6 +138,12 @@ def noncentred_fn(
     return fn
 
 
+def _from_nuts(field: str) -> property:
+    """A property that reads ``field`` of the state's NUTS block."""
+    return property(lambda self: getattr(self.hmc_state, field),
+                    doc=f"NUTS's ``{field}`` (the last block's state).")
+
+
 class ExactState(HMCGibbsState):
     """:class:`~numpyro.infer.hmc_gibbs.HMCGibbsState` that also answers NUTS's statistics
     (``diverging``, ``num_steps``, ``accept_prob``, ``potential_energy``, ``energy``,
@@ -145,29 +151,12 @@ class ExactState(HMCGibbsState):
 
     __slots__ = ()
 
-    @property
-    def diverging(self) -> Array:
-        return self.hmc_state.diverging
-
-    @property
-    def num_steps(self) -> Array:
-        return self.hmc_state.num_steps
-
-    @property
-    def accept_prob(self) -> Array:
-        return self.hmc_state.accept_prob
-
-    @property
-    def potential_energy(self) -> Array:
-        return self.hmc_state.potential_energy
-
-    @property
-    def energy(self) -> Array:
-        return self.hmc_state.energy
-
-    @property
-    def adapt_state(self) -> Any:
-        return self.hmc_state.adapt_state
+    diverging = _from_nuts("diverging")
+    num_steps = _from_nuts("num_steps")
+    accept_prob = _from_nuts("accept_prob")
+    potential_energy = _from_nuts("potential_energy")
+    energy = _from_nuts("energy")
+    adapt_state = _from_nuts("adapt_state")
 
 
 class ExactHMCGibbs(HMCGibbs):
