@@ -146,9 +146,11 @@ def run_nuts(
         NUTS options.
     dense_mass : bool, optional
         NUTS's mass matrix; default dense on the exact path when ``φ`` has at most
-        :data:`DENSE_MAX_DIM` entries (the reference-coded parameters are correlated: on a
-        97-cell Adult model a diagonal mass matrix took 315 leapfrog steps per draw and hit
-        the maximum depth, a dense one 28), diagonal otherwise and on the relaxed path.
+        :data:`DENSE_MAX_DIM` entries and ``y`` is one release (the reference-coded parameters
+        are correlated: on a 97-cell Adult model a diagonal mass matrix took 315 leapfrog steps
+        per draw and hit the maximum depth, a dense one 28), diagonal otherwise (a batch of
+        releases: a dense matrix over 100 releases hit the maximum depth on every draw) and on
+        the relaxed path.
     exact : bool, optional
         ``True``: the exact path (:mod:`numpyro_dpgm.infer.bayes.gibbs`); ``False``: the relaxed
         one; ``None`` (default): exact where the relaxation leak at the starting ``θ``
@@ -195,8 +197,9 @@ def run_nuts(
         k_start, rng_key = jax.random.split(rng_key)
         n0 = _exact_start(sampled, values, y, num_chains, k_start)
         phi_values = {k: v for k, v in values.items() if k != "n"}
-        if dense_mass is None:
-            dense_mass = sampled.theta is None and sampled.coding.dim <= DENSE_MAX_DIM
+        if dense_mass is None:  # one release only: a batch's releases are independent
+            dense_mass = (sampled.theta is None and y.ndim == 1
+                          and sampled.coding.dim <= DENSE_MAX_DIM)
         kernel = exact_kernel(
             sampled, moves=gibbs_moves, interweave=interweave, y=y,
             init_strategy=init_to_interior(values=phi_values, radius=radius),
