@@ -23,13 +23,13 @@ uniformly random subset) and takes a fresh value from ``p_θ(· | S^c)``; if ``�
 record outside ``S`` enters with probability ``1 − (1 − μ')/(1 − μ)`` and takes a value from
 ``p_θ(· | S)``. The target of ``(φ, u, w, w')`` is ``p(φ) · p(y | n(φ, u, w, w'))`` (the
 auxiliaries' laws do not depend on ``φ_j``), and the proposal is symmetric, so the move is
-accepted with probability
+accepted with probability (``μ' = μe^δ / (μe^δ + 1 − μ)`` in closed form)
 
 .. math:: α = \min\Big(1, \frac{p(φ')\, p(y \mid n')}{p(φ)\, p(y \mid n)}\Big),
 
 which leaves the joint posterior of ``(φ, n)`` invariant. A move that would switch more than
 ``k_max`` records is rejected (the reverse move switches the same records, so the restriction
-is symmetric). Each move costs two junction-tree calibrations and ``O(N)`` to pick the
+is symmetric). Each move costs one junction-tree calibration and ``O(N)`` to pick the
 switching records.
 """
 
@@ -142,7 +142,8 @@ def noncentred_moves(
             k_d, dtype=phi.dtype)
         ind = model.latent_theta(model.coding.to_theta(jnp.zeros(dim, phi.dtype).at[j].set(1)))
         eta = eta_of(phi)
-        mu, mu_new = prob(eta, ind), prob(eta + delta * ind, ind)
+        mu = prob(eta, ind)
+        mu_new = mu * jnp.exp(delta) / (mu * jnp.exp(delta) + 1.0 - mu)  # θ' = θ + δ·1_S
         shrink = mu_new < mu
         idx = net.cell_indices(codes)
         member = jnp.sum(ind[idx], axis=-1) > 0.5
