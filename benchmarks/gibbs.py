@@ -126,7 +126,7 @@ def leaky_table(model: Any, exact_n: np.ndarray, relaxed_n: np.ndarray,
     e, r = exact_n[:, sl].mean(0), relaxed_n[:, sl].mean(0)
     sparse = e < 1.0
     return {"leaky_clique": ",".join(clique), "leak_at_mean_theta": worst,
-            "sparse_cells": int(sparse.sum()), "cells": int(sparse.size),
+            "sparse_cells": int(sparse.sum()), "leaky_table_cells": int(sparse.size),
             "exact_sparse_mass": float(e[sparse].sum()),
             "relaxed_sparse_mass": float(r[sparse].sum()),
             "max_abs_mean_diff": float(np.max(np.abs(e - r)))}
