@@ -355,3 +355,12 @@ def test_noncentred_moves_keep_the_prior_on_a_chain():
         jnp.asarray(phi1))
     resid = np.asarray(n1) - 6 * np.asarray(mu1)
     np.testing.assert_allclose(resid.mean(0), 0.0, atol=5 * resid.std(0).max() / np.sqrt(draws))
+
+
+def test_relaxed_svi_warns_on_leak():
+    from numpyro_dpgm.infer.bayes import run_svi
+
+    model = noisy_marginals_model(NET1, [Measurement(("a",), Y1, Laplace(B1))], N1,
+                                  prior_scale=S1)
+    with pytest.warns(RelaxationWarning, match="run_svi"):
+        run_svi(model, jax.random.key(0), num_steps=200, num_samples=100)

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_R_HAT",
     "MIN_ESS",
     "convergence_figures",
+    "posterior_leak",
     "warn_convergence",
     "warn_relaxed_leak",
 ]
@@ -162,13 +163,26 @@ def warn_convergence(figures: ConvergenceFigures, path: str, stacklevel: int = 3
                   ConvergenceWarning, stacklevel=stacklevel)
 
 
-def warn_relaxed_leak(leak: dict, total: float, stacklevel: int = 3) -> float:
+def posterior_leak(model: Any, theta: Any) -> dict:
+    """The largest leak per latent clique over releases, at the mean of draws ``theta``
+    (``(draws, …, num_params)``; a batch of releases gives one mean per release)."""
+    theta = np.asarray(theta)
+    mean = theta.mean(axis=0)
+    leaks: dict = {}
+    for row in mean.reshape(-1, mean.shape[-1]):
+        for c, v in model.relaxation_leak(row).items():
+            leaks[c] = max(leaks.get(c, 0.0), v)
+    return leaks
+
+
+def warn_relaxed_leak(leak: dict, total: float, stacklevel: int = 3,
+                      what: str = "run_nuts (relaxed path)") -> float:
     """Warn when the relaxed posterior's leak (per latent clique, at the posterior mean ``θ``)
     exceeds :data:`~numpyro_dpgm.distributions.relaxation.LEAK_TOLERANCE`; returns the worst."""
     clique, worst = max(leak.items(), key=lambda kv: kv[1])
     if worst > LEAK_TOLERANCE:
         warnings.warn(
-            f"run_nuts (relaxed path): at the posterior mean θ the relaxed CGM moves about "
+            f"{what}: at the posterior mean θ the relaxed CGM moves about "
             f"{100 * worst:.1f}% of N = {total:g} records into the table of {clique} beyond "
             f"what the exact law puts there (relaxation_leak; tolerance "
             f"{100 * LEAK_TOLERANCE:g}%), so the posterior of its near-empty cells and of the "

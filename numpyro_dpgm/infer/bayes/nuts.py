@@ -30,7 +30,7 @@ from numpyro.infer import MCMC, NUTS
 from ..._deprecation import renamed_key
 from ...distributions.cgm import CollectiveGraphicalModel
 from ...distributions.relaxation import LEAK_TOLERANCE
-from .checks import convergence_figures, warn_convergence, warn_relaxed_leak
+from .checks import convergence_figures, posterior_leak, warn_convergence, warn_relaxed_leak
 from .gibbs import exact_kernel
 from .initialization import _init_values, init_to_interior
 from .model import OBSERVED, NoisyMarginalsModel
@@ -230,10 +230,5 @@ def _check(mcmc: MCMC, model: Any, path: str, max_tree_depth: int) -> None:
                      stacklevel=5)
     if path == "relaxed" and isinstance(model, NoisyMarginalsModel) and "theta" in samples:
         theta = np.asarray(samples["theta"])
-        mean = theta.reshape((-1,) + theta.shape[2:]).mean(axis=0)
-        rows = mean.reshape(-1, mean.shape[-1])
-        leaks: dict = {}
-        for row in rows:
-            for c, v in model.relaxation_leak(row).items():
-                leaks[c] = max(leaks.get(c, 0.0), v)
+        leaks = posterior_leak(model, theta.reshape((-1,) + theta.shape[2:]))
         warn_relaxed_leak(leaks, float(model.total_count), stacklevel=5)
