@@ -224,7 +224,9 @@ def to_inference_data(
         Groups ``posterior``, ``sample_stats`` (MCMC: ``diverging``, ``lp``, ``step_size``,
         ``n_steps``, ``tree_depth``, ``acceptance_rate``, ``energy`` as collected by
         :func:`~numpyro_dpgm.infer.bayes.run_nuts`), ``observed_data`` and the requested
-        groups. A batch of releases adds the dim ``release``.
+        groups. A batch of releases adds the dim ``release``. A run of
+        :func:`~numpyro_dpgm.infer.bayes.run_nuts` records its path (``"exact"`` or
+        ``"relaxed"``) in ``tree["posterior"].attrs["cgm_path"]``.
     """
     rng_key = jax.random.key(0) if rng_key is None else rng_key
     k_pred, k_prior = jax.random.split(rng_key)
@@ -282,7 +284,11 @@ def to_inference_data(
         draws = Predictive(model, num_samples=int(prior_draws))(k_prior, y=None)
         groups["prior"] = {k: np.asarray(v)[None] for k, v in draws.items() if k != "y"}
         groups["prior_predictive"] = {"y": np.asarray(draws["y"])[None]}
-    return az.from_dict(groups, coords=coords, dims=dims)
+    tree = az.from_dict(groups, coords=coords, dims=dims)
+    path = getattr(posterior, "path", None)
+    if path is not None:  # run_nuts's: "exact" (HMCGibbs record swaps) or "relaxed"
+        tree["posterior"].attrs["cgm_path"] = path
+    return tree
 
 
 def posterior_marginals(

@@ -1,12 +1,17 @@
-"""Full Bayesian inference on the relaxed collective graphical model: priors, models, NUTS, SVI.
+"""Full Bayesian inference on the collective graphical model: priors, models, NUTS, SVI.
 
 The model of a private release (:mod:`.model`) puts a Normal prior on the reference-coded
-parameters of :mod:`.coding` (the gauge), has the latent clique counts follow the relaxed CGM and
-the released tables their noise; :mod:`.nuts` and :mod:`.svi` fit it from the interior starting
-points of :mod:`.initialization`; :mod:`.labels` names the cells of a network's flat layout.
+parameters of :mod:`.coding` (the gauge), has the latent clique counts follow the CGM (relaxed or
+exact) and the released tables their noise; :mod:`.nuts` and :mod:`.svi` fit it from the interior
+starting points of :mod:`.initialization`. On the exact path :mod:`.gibbs` runs NUTS within
+Gibbs with the record swaps of :mod:`.records` (and the optional non-centred moves of
+:mod:`.interweave`); :mod:`.checks` warns on poor convergence and on leaky relaxed posteriors;
+:mod:`.labels` names the cells of a network's flat layout.
 """
 
+from .checks import ConvergenceWarning
 from .coding import ReferenceCoding, reference_coding
+from .gibbs import exact_gibbs_fn, exact_kernel
 from .initialization import init_to_interior
 from .labels import cell_labels
 from .model import NoisyMarginalsModel, noisy_marginals_model
@@ -14,10 +19,13 @@ from .nuts import run_nuts
 from .svi import SVIFit, run_svi
 
 __all__ = [
+    "ConvergenceWarning",
     "NoisyMarginalsModel",
     "ReferenceCoding",
     "SVIFit",
     "cell_labels",
+    "exact_gibbs_fn",
+    "exact_kernel",
     "init_to_interior",
     "noisy_marginals_model",
     "reference_coding",

@@ -1,21 +1,26 @@
-"""The Bayesian model of a private release: prior on ``θ``, relaxed CGM counts, noisy tables.
+"""The Bayesian model of a private release: prior on ``θ``, CGM counts, noisy tables.
 
 The joint model of a private release is
 
 .. math::
 
     φ \\sim \\mathcal N(0, s^2 I), \\qquad θ = M φ, \\qquad
-    n \\mid θ \\sim \\mathrm{CGM}_{\\text{relaxed}}(θ, N), \\qquad
+    n \\mid θ \\sim \\mathrm{CGM}(θ, N), \\qquad
     y_k \\mid n \\sim \\text{noise}_k(Q_k\\, n_{C_k}),
 
-with ``n`` the latent clique count tables on the scaled marginal polytope ``N·M`` (the relaxed CGM
-with the ``lgamma`` density, sampled through the junction-tree stick-breaking bijection) and
-``y_k`` the released noisy tables. The prior is on the reference-coded parameters ``φ`` of
-:mod:`.coding` (the gauge).
+with ``n`` the latent clique count tables and ``y_k`` the released noisy tables. The CGM of ``n``
+is either relaxed (default): real tables on the scaled marginal polytope ``N·M`` with the
+``lgamma`` density, sampled by NUTS through the junction-tree stick-breaking bijection; or exact
+(``relaxed=False``): integer tables with the exact junction-tree pmf, moved by the record swaps
+of :mod:`.records` inside :class:`numpyro.infer.HMCGibbs` (:mod:`.gibbs`). The relaxed density
+moves mass into cells whose expected count is small
+(:func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak`); the exact one does not. The
+prior is on the reference-coded parameters ``φ`` of :mod:`.coding` (the gauge).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -33,6 +38,7 @@ from ...distributions.constraints import (
     triangulated,
 )
 from ...distributions.noise import GaussianNoise, LaplaceNoise
+from ...distributions.relaxation import relaxation_leak
 from ...domain import Clique
 from ...inference import junction_tree as jt
 from ...inference.calibration import clique_log_potentials
@@ -69,7 +75,7 @@ class _Readout(NamedTuple):
 
 
 class NoisyMarginalsModel:
-    """A NumPyro model of noisy clique tables with a relaxed CGM latent and a prior on ``θ``.
+    """NumPyro model of noisy clique tables: a CGM latent (relaxed or exact), a prior on ``θ``.
 
     Build it with :func:`noisy_marginals_model`. Calling it runs the model:
 
@@ -89,13 +95,15 @@ class NoisyMarginalsModel:
     ``mu`` : deterministic, ``(num_params,)``, dims ``("cell",)``
         The model's clique marginals ``μ(θ)`` (probabilities); only with ``record_marginals``.
     ``n`` : latent, ``(num_params,)``, dims ``("cell",)``
-        Relaxed CGM count tables on ``N·M``.
+        CGM count tables: real tables on ``N·M`` (relaxed) or integer tables (exact).
     ``y`` : observed, ``(num_answers,)``, dims ``("answer",)``
         Every measurement's answers, concatenated in the given order.
 
     Attributes
     ----------
     network, measurements, total_count, prior_scale, theta, coding
+    relaxed : bool
+        Whether the CGM site is the relaxed density (NUTS) or the exact pmf (HMCGibbs).
     y : numpy array
         The released values, concatenated.
     noise_scales : numpy array
@@ -116,6 +124,7 @@ class NoisyMarginalsModel:
         relaxation: str = "lgamma",
         record_marginals: bool = True,
         triangulate: bool = False,
+        relaxed: bool = True,
     ):
         if not isinstance(network, MarkovNetwork):
             raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
@@ -172,6 +181,7 @@ class NoisyMarginalsModel:
         self.measurements = measurements
         self.total_count = total
         self.relaxation = relaxation
+        self.relaxed = bool(relaxed)
         self.record_marginals = bool(record_marginals)
         self.coding = reference_coding(network)
         self._readouts = tuple(readouts)
@@ -262,7 +272,8 @@ class NoisyMarginalsModel:
         n = numpyro.sample(
             "n",
             CollectiveGraphicalModel(self.latent_network, self.latent_theta(theta),
-                                     self.total_count, relaxed=True, relaxation=self.relaxation),
+                                     self.total_count, relaxed=self.relaxed,
+                                     relaxation=self.relaxation),
         )
         noise = LaplaceNoise if self.noise_family == "laplace" else GaussianNoise
         numpyro.sample("y", noise(self.predict(n), jnp.asarray(self.noise_scales)), obs=obs)
@@ -283,6 +294,22 @@ class NoisyMarginalsModel:
         for _ in range(jnp.ndim(theta) - 1):
             fn = jax.vmap(fn)
         return fn(theta)
+
+    def with_cgm(self, relaxed: bool) -> NoisyMarginalsModel:
+        """The same model with the relaxed (``True``) or exact (``False``) CGM site; ``self``
+        if it already has it."""
+        if bool(relaxed) == self.relaxed:
+            return self
+        out = copy.copy(self)
+        out.relaxed = bool(relaxed)
+        return out
+
+    def relaxation_leak(self, theta: Array) -> dict:
+        """:func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak` of the latent tables
+        at ``θ`` (network layout): per latent clique, the fraction of ``N`` that the relaxed
+        density moves into its table beyond the exact law."""
+        eta = np.asarray(self.latent_theta(jnp.asarray(theta)))
+        return relaxation_leak(self.latent_network, eta, float(self.total_count))
 
     # -- starting points -----------------------------------------------------------------------
     def uniform_point(self) -> dict[str, Array]:
@@ -319,7 +346,8 @@ class NoisyMarginalsModel:
     def __repr__(self) -> str:
         return (f"NoisyMarginalsModel(cliques={list(self.network.cliques)}, "
                 f"measurements={len(self.measurements)}, N={self.total_count}, "
-                f"theta={'fixed' if self.theta is not None else 'inferred'})")
+                f"theta={'fixed' if self.theta is not None else 'inferred'}, "
+                f"cgm={'relaxed' if self.relaxed else 'exact'})")
 
 
 def _check_total(total_count: Any) -> int:
@@ -353,6 +381,7 @@ def noisy_marginals_model(
     relaxation: str = "lgamma",
     record_marginals: bool = True,
     triangulate: bool = False,
+    relaxed: bool = True,
 ) -> NoisyMarginalsModel:
     """A NumPyro model of a release of noisy clique tables, for NUTS, SVI and ArviZ.
 
@@ -415,4 +444,5 @@ triangulated`, layout :attr:`NoisyMarginalsModel.latent_network`, dims ``("laten
     """
     return NoisyMarginalsModel(network, measurements, total_count, prior_scale=prior_scale,
                                theta=theta, relaxation=relaxation,
-                               record_marginals=record_marginals, triangulate=triangulate)
+                               record_marginals=record_marginals, triangulate=triangulate,
+                               relaxed=relaxed)

@@ -1,4 +1,21 @@
-"""NUTS on a model with a relaxed CGM site, started from an interior point."""
+"""NUTS on a model of noisy marginals: relaxed CGM tables, or exact tables moved by record swaps.
+
+Two paths sample the posterior of a :class:`~.model.NoisyMarginalsModel`:
+
+- **relaxed**: NUTS on ``φ`` and the relaxed tables ``n`` together (the relaxed CGM density on
+  ``N·M``); fast where every cell expects several records, biased where cells are near-empty
+  (:func:`~numpyro_dpgm.distributions.relaxation.relaxation_leak`), and badly conditioned at
+  large ``N``, where ``y`` pins ``n`` to within a few counts while ``θ`` moves on the scale
+  ``1/√(Nμ)``;
+- **exact**: the model with the exact CGM pmf on integer tables, sampled by
+  :class:`numpyro.infer.HMCGibbs`: NUTS on ``φ`` given ``n`` and exact record swaps on ``n``
+  given ``φ`` (:mod:`.gibbs`, :mod:`.records`).
+
+:func:`run_nuts` takes the exact path by default where the relaxation leak at the starting
+``θ`` exceeds the tolerance (1 % of ``N`` in some table), says which path ran
+(``mcmc.path``, ``mcmc.path_reason``), warns when a relaxed posterior leaks, and warns when
+the run has not converged (:mod:`.checks`).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +23,81 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from numpyro.infer import MCMC, NUTS
 
 from ..._deprecation import renamed_key
+from ...distributions.cgm import CollectiveGraphicalModel
+from ...distributions.relaxation import LEAK_TOLERANCE
+from .checks import convergence_figures, posterior_leak, warn_convergence, warn_relaxed_leak
+from .gibbs import exact_kernel
 from .initialization import _init_values, init_to_interior
-from .model import NoisyMarginalsModel
+from .model import OBSERVED, NoisyMarginalsModel
 
-__all__ = ["NUTS_FIELDS", "run_nuts"]
+__all__ = ["DENSE_MAX_DIM", "NUTS_FIELDS", "choose_path", "run_nuts"]
 
 Array = Any
 
+#: Largest number of parameters ``φ`` for which the exact path adapts a dense mass matrix.
+DENSE_MAX_DIM = 1000
+
 #: Statistics :func:`run_nuts` collects per draw (besides ``diverging``), for ArviZ.
 NUTS_FIELDS = ("num_steps", "accept_prob", "potential_energy", "energy", "adapt_state.step_size")
+
+
+def _start_theta(model: NoisyMarginalsModel, values: Mapping[str, Array]) -> Array:
+    if model.theta is not None:
+        return jnp.asarray(model.theta)
+    return model.coding.to_theta(jnp.asarray(values["phi"]))
+
+
+def choose_path(
+    model: Any, exact: bool | None, values: Mapping[str, Array],
+) -> tuple[str, str]:
+    """``("exact" | "relaxed", reason)`` for a run of :func:`run_nuts`.
+
+    ``exact=None`` picks the exact path when the relaxation leak of the latent tables at the
+    starting ``θ`` exceeds :data:`~numpyro_dpgm.distributions.relaxation.LEAK_TOLERANCE`;
+    a model built with ``relaxed=False`` always takes it; a model of your own always takes the
+    relaxed one (plain NUTS).
+    """
+    if not isinstance(model, NoisyMarginalsModel):
+        if exact:
+            raise TypeError("the exact path needs a NoisyMarginalsModel; a model of your own "
+                            "runs plain NUTS (exact=None or False)")
+        return "relaxed", "a model of your own runs plain NUTS"
+    if not model.relaxed and exact is not False:
+        return "exact", "the model's CGM site is exact (relaxed=False)"
+    if exact is not None:
+        return ("exact", "exact=True") if exact else ("relaxed", "exact=False")
+    leak = model.relaxation_leak(_start_theta(model, values))
+    clique, worst = max(leak.items(), key=lambda kv: kv[1])
+    where = (f"the relaxation leak at the starting θ is {100 * worst:.2g}% of N in the table "
+             f"of {clique}")
+    if worst > LEAK_TOLERANCE:
+        return "exact", f"{where}, above the {100 * LEAK_TOLERANCE:g}% tolerance"
+    return "relaxed", f"{where}, within the {100 * LEAK_TOLERANCE:g}% tolerance"
+
+
+def _observed(model: NoisyMarginalsModel, model_args: tuple, model_kwargs: dict) -> Any:
+    y = model_args[0] if model_args else model_kwargs.get("y", OBSERVED)
+    if y is OBSERVED:
+        return jnp.asarray(model.y)
+    if y is None:
+        raise ValueError("the exact path samples a posterior: it needs observed answers y")
+    return jnp.asarray(y)
+
+
+def _exact_start(model: NoisyMarginalsModel, values: Mapping[str, Array], y: Array,
+                 num_chains: int, rng_key: Array) -> Array:
+    """Integer starting tables: one CGM draw of ``N`` records at the starting ``θ`` per chain
+    (and release)."""
+    eta = model.latent_theta(_start_theta(model, values))
+    cgm = CollectiveGraphicalModel(model.latent_network, eta, model.total_count)
+    shape = (num_chains,) + tuple(y.shape[:-1])
+    n0 = cgm.sample(rng_key, shape)
+    return n0 if num_chains > 1 else n0[0]
 
 
 @renamed_key
@@ -33,16 +113,20 @@ def run_nuts(
     chain_method: str = "sequential",
     progress_bar: bool = False,
     target_accept_prob: float = 0.8,
-    dense_mass: bool = False,
+    dense_mass: bool | None = None,
     max_tree_depth: int = 10,
+    exact: bool | None = None,
+    gibbs_moves: int | None = None,
+    interweave: int | None = None,
+    check: bool = True,
     **model_kwargs: Any,
 ) -> MCMC:
-    """Run NUTS on a model with a relaxed CGM site from an interior starting point.
+    """Posterior draws of a model of noisy marginals by NUTS, on the relaxed or the exact path.
 
     Parameters
     ----------
     model : NoisyMarginalsModel or callable
-        Any NumPyro model.
+        Any NumPyro model (which runs plain NUTS).
     rng_key : JAX PRNG key
     *model_args, **model_kwargs
         Passed to the model (e.g. ``y=`` for a simulated release).
@@ -50,25 +134,101 @@ def run_nuts(
     init : "uniform" or mapping site -> value
         Centre of the starting points: uniform tables and ``φ = 0`` (a
         :class:`NoisyMarginalsModel`'s sites); or given constrained values, such as the NLBP-EM
-        estimate :func:`numpyro_dpgm.estimation.cgm_em.em_start`.
+        estimate :func:`numpyro_dpgm.estimation.cgm_em.em_start`. On the exact path the
+        starting tables are a CGM draw of ``N`` records at the starting ``θ`` per chain.
     radius : float
         Jitter of each chain's start in the unconstrained space (:func:`init_to_interior`).
     chain_method : {"sequential", "parallel", "vectorized"}
+        The exact path with ``θ`` inferred runs ``"vectorized"`` as ``"sequential"``
+        (:class:`numpyro.infer.HMCGibbs` takes one key at a time).
     progress_bar : bool
-    target_accept_prob, dense_mass, max_tree_depth :
+    target_accept_prob, max_tree_depth :
         NUTS options.
+    dense_mass : bool, optional
+        NUTS's mass matrix; default dense on the exact path when ``φ`` has at most
+        :data:`DENSE_MAX_DIM` entries and ``y`` is one release (the reference-coded parameters
+        are correlated: on a 97-cell Adult model a diagonal mass matrix took 315 leapfrog steps
+        per draw and hit the maximum depth, a dense one 28), diagonal otherwise (a batch of
+        releases: a dense matrix over 100 releases hit the maximum depth on every draw) and on
+        the relaxed path.
+    exact : bool, optional
+        ``True``: the exact path (:mod:`numpyro_dpgm.infer.bayes.gibbs`); ``False``: the relaxed
+        one; ``None`` (default): exact where the relaxation leak at the starting ``θ``
+        exceeds 1 % of ``N`` in some latent table, or where the model was built with
+        ``relaxed=False`` (:func:`choose_path`).
+    gibbs_moves : int, optional
+        Record swaps per step on the exact path
+        (:func:`~numpyro_dpgm.infer.bayes.gibbs.default_moves`).
+    interweave : int, optional
+        Non-centred moves of ``(φ, n)`` per step on the exact path
+        (:mod:`~numpyro_dpgm.infer.bayes.interweave`; default
+        :func:`~numpyro_dpgm.infer.bayes.gibbs.default_interweave`, 0 for none).
+    check : bool
+        After the run, warn (:class:`~numpyro_dpgm.infer.bayes.checks.ConvergenceWarning`)
+        when a parameter's rank-normalised split R-hat exceeds 1.01, its bulk ESS is below 100
+        or draws hit the maximum tree depth, naming the remedy; and on the relaxed path of a
+        :class:`NoisyMarginalsModel`, warn (``RelaxationWarning``) when the leak at the
+        posterior mean ``θ`` exceeds the tolerance.
 
     Returns
     -------
     numpyro.infer.MCMC
-        After ``run``; ``mcmc.get_samples()`` holds every latent and deterministic site and
-        ``mcmc.get_extra_fields()`` the statistics :data:`NUTS_FIELDS` and ``diverging``.
+        After ``run``; ``mcmc.get_samples()`` holds every latent and deterministic site (``n``
+        integer-valued on the exact path) and ``mcmc.get_extra_fields()`` the statistics
+        :data:`NUTS_FIELDS` and ``diverging`` (only ``diverging``, always false, when ``θ`` is
+        fixed on the exact path).
+        Set on it: ``mcmc.path`` (``"exact"`` or ``"relaxed"``), ``mcmc.path_reason`` (why)
+        and ``mcmc.model`` (the model sampled: on the exact path, ``model`` with
+        ``relaxed=False``).
     """
     values = _init_values(model, init)
-    kernel = NUTS(model, init_strategy=init_to_interior(values=values, radius=radius),
-                  target_accept_prob=target_accept_prob, dense_mass=dense_mass,
-                  max_tree_depth=max_tree_depth)
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                chain_method=chain_method, progress_bar=progress_bar)
-    mcmc.run(rng_key, *model_args, extra_fields=NUTS_FIELDS, **model_kwargs)
+    path, reason = choose_path(model, exact, values)
+    if path == "relaxed":
+        sampled = model.with_cgm(True) if isinstance(model, NoisyMarginalsModel) else model
+        kernel = NUTS(sampled, init_strategy=init_to_interior(values=values, radius=radius),
+                      target_accept_prob=target_accept_prob, dense_mass=bool(dense_mass),
+                      max_tree_depth=max_tree_depth)
+        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
+                    num_chains=num_chains, chain_method=chain_method, progress_bar=progress_bar)
+        mcmc.run(rng_key, *model_args, extra_fields=NUTS_FIELDS, **model_kwargs)
+    else:
+        sampled = model.with_cgm(False)
+        y = _observed(model, model_args, model_kwargs)
+        k_start, rng_key = jax.random.split(rng_key)
+        n0 = _exact_start(sampled, values, y, num_chains, k_start)
+        phi_values = {k: v for k, v in values.items() if k != "n"}
+        if dense_mass is None:  # one release only: a batch's releases are independent
+            dense_mass = (sampled.theta is None and y.ndim == 1
+                          and sampled.coding.dim <= DENSE_MAX_DIM)
+        kernel = exact_kernel(
+            sampled, moves=gibbs_moves, interweave=interweave, y=y,
+            init_strategy=init_to_interior(values=phi_values, radius=radius),
+            target_accept_prob=target_accept_prob, dense_mass=dense_mass,
+            max_tree_depth=max_tree_depth)
+        fields = ("diverging",) + (NUTS_FIELDS if sampled.theta is None else ())
+        method = chain_method
+        if method == "vectorized" and sampled.theta is None:
+            method = "sequential"
+        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
+                    num_chains=num_chains, chain_method=method, progress_bar=progress_bar)
+        mcmc.run(rng_key, *model_args, extra_fields=fields, init_params={"n": n0},
+                 **model_kwargs)
+    mcmc.path, mcmc.path_reason, mcmc.model = path, reason, sampled
+    if check:
+        _check(mcmc, sampled, path, max_tree_depth)
     return mcmc
+
+
+def _check(mcmc: MCMC, model: Any, path: str, max_tree_depth: int) -> None:
+    samples = mcmc.get_samples(group_by_chain=True)
+    if isinstance(model, NoisyMarginalsModel):
+        sites = ["phi"] if model.theta is None else ["n"]
+    else:
+        sites = [k for k in samples if k not in ("theta", "mu")]
+    steps = mcmc.get_extra_fields(group_by_chain=True).get("num_steps")
+    warn_convergence(convergence_figures(samples, sites, steps, max_tree_depth), path,
+                     stacklevel=5)
+    if path == "relaxed" and isinstance(model, NoisyMarginalsModel) and "theta" in samples:
+        theta = np.asarray(samples["theta"])
+        leaks = posterior_leak(model, theta.reshape((-1,) + theta.shape[2:]))
+        warn_relaxed_leak(leaks, float(model.total_count), stacklevel=5)
