@@ -87,9 +87,12 @@ def run_svi(
     init : "uniform" or mapping site -> value
         Where the guide's location starts (as in :func:`run_nuts`, without jitter).
 
-    Warns (``RelaxationWarning``) when the relaxation leak at the guide's mean ``θ`` exceeds
-    1 % of ``N`` in some latent table: the relaxed posterior is biased there (the exact path
-    of :func:`run_nuts` is not).
+    Warns
+    -----
+    RelaxationWarning
+        When the relaxation leak at the guide's mean ``θ`` exceeds 1 % of ``N`` in some latent
+        table: the relaxed posterior is biased there (the exact path of :func:`run_nuts` is
+        not).
     """
     if guide not in _GUIDES:
         raise ValueError(f"guide must be one of {sorted(_GUIDES)}, got {guide!r}")
