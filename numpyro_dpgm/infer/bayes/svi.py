@@ -72,6 +72,10 @@ def run_svi(
 ) -> SVIFit:
     """Variational inference on a model with a relaxed CGM site.
 
+    Warns (``RelaxationWarning``) when the relaxation leak at the guide's mean ``θ`` exceeds
+    1 % of ``N`` in some latent table: the relaxed posterior is biased there (the exact path
+    of :func:`run_nuts` is not).
+
     Parameters
     ----------
     model : NoisyMarginalsModel or callable
@@ -86,10 +90,6 @@ def run_svi(
         Draws returned in :attr:`SVIFit.samples`.
     init : "uniform" or mapping site -> value
         Where the guide's location starts (as in :func:`run_nuts`, without jitter).
-
-    Warns (``RelaxationWarning``) when the relaxation leak at the guide's mean ``θ`` exceeds
-    1 % of ``N`` in some latent table: the relaxed posterior is biased there (the exact path
-    of :func:`run_nuts` is not).
     """
     if guide not in _GUIDES:
         raise ValueError(f"guide must be one of {sorted(_GUIDES)}, got {guide!r}")
