@@ -364,3 +364,22 @@ def test_relaxed_svi_warns_on_leak():
                                   prior_scale=S1)
     with pytest.warns(RelaxationWarning, match="run_svi"):
         run_svi(model, jax.random.key(0), num_steps=200, num_samples=100)
+
+
+def test_arviz_sees_both_sites_of_the_exact_path():
+    from numpyro_dpgm.infer.diagnostics import convergence_report, to_inference_data
+
+    model = noisy_marginals_model(NET1, [Measurement(("a",), Y1, Laplace(B1))], N1,
+                                  prior_scale=S1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mcmc = run_nuts(model, jax.random.key(4), num_warmup=50, num_samples=50, num_chains=2,
+                        exact=True)
+    tree = to_inference_data(mcmc, mcmc.model, predictive=True)
+    post = tree["posterior"]
+    assert post.attrs["cgm_path"] == "exact"
+    assert {"phi", "n", "mu", "theta"} <= set(post.data_vars)
+    assert np.all(np.asarray(post["n"]) == np.round(np.asarray(post["n"])))
+    assert "tree_depth" in tree["sample_stats"].data_vars
+    report = convergence_report(tree)
+    assert report.num_chains == 2 and report.num_draws == 50
