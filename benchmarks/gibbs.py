@@ -44,7 +44,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .oracle import _json_default, _load, _machine
+from .harness import add_out_argument, json_default, load_average, machine
 
 DESCRIPTION = "exact (HMCGibbs record swaps) vs relaxed NUTS: Adult posteriors, ESS/s, coverage"
 
@@ -95,7 +95,7 @@ def run_path(model: Any, exact: bool, args: argparse.Namespace, seed: int,
     from numpyro_dpgm.infer.bayes import run_nuts
     from numpyro_dpgm.infer.bayes.checks import convergence_figures
 
-    load0 = _load()
+    load0 = load_average()
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -112,7 +112,7 @@ def run_path(model: Any, exact: bool, args: argparse.Namespace, seed: int,
            "max_depth_hits": fig.max_depth_hits, "draws": fig.num_draws,
            "divergences": int(np.sum(np.asarray(extra.get("diverging", 0)))),
            "warnings": sorted({w.category.__name__ for w in caught}),
-           "load_before": load0, "load_after": _load()}
+           "load_before": load0, "load_after": load_average()}
     return out, mcmc
 
 
@@ -155,7 +155,7 @@ def study_adult(args: argparse.Namespace) -> list[dict[str, Any]]:
                 fig, mcmc = run_path(model, exact, args, args.seed, init=start)
                 runs[exact] = mcmc
                 rows.append({**base, **fig})
-                print(json.dumps(rows[-1], default=_json_default), file=sys.stderr)
+                print(json.dumps(rows[-1], default=json_default), file=sys.stderr)
             if len(runs) == 2:
                 theta = np.asarray(runs[True].get_samples()["theta"]).mean(0)
                 cmp = leaky_table(model, np.asarray(runs[True].get_samples()["n"]),
@@ -195,7 +195,7 @@ def study_coverage(args: argparse.Namespace) -> list[dict[str, Any]]:
                      "coverage": float(inside.mean()),
                      "coverage_sparse_cells": float(inside[sparse].mean()),
                      "sparse_fraction": float(sparse.mean())})
-        print(json.dumps(rows[-1], default=_json_default), file=sys.stderr)
+        print(json.dumps(rows[-1], default=json_default), file=sys.stderr)
     return rows
 
 
@@ -211,7 +211,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coverage-n", type=int, default=30)
     parser.add_argument("--releases", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="bench-results")
+    add_out_argument(parser, "gibbs-cpu")
     parser.add_argument("--tag", default="gibbs")
 
 
@@ -228,10 +228,10 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"benchmark": "gibbs", "when": datetime.datetime.now().isoformat(timespec="seconds"),
-            "machine": _machine(), "options": {k: v for k, v in vars(args).items()
+            "machine": machine(), "options": {k: v for k, v in vars(args).items()
                                                if k != "func"}}
     (out / f"{args.tag}.json").write_text(json.dumps({**meta, "rows": rows}, indent=2,
-                                                     default=_json_default))
+                                                     default=json_default))
     keys = list(dict.fromkeys(k for r in rows for k in r))
     with open(out / f"{args.tag}.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=keys)

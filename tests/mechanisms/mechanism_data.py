@@ -37,3 +37,10 @@ def refuses(mechanism: Callable[..., Any], records: Any, **kwargs: Any) -> str:
         mechanism(records, CHAIN, **args)
     assert ledger.history == ()
     return str(err.value)
+
+
+@pytest.fixture(scope="session", name="chain_records")
+def chain_records_fixture() -> pd.DataFrame:
+    """3,000 records of the binary chain (the fixture ``chain_records``; imported by the test
+    modules that use it: a ``conftest.py`` here would shadow the tests' own ``conftest``)."""
+    return chain_records()

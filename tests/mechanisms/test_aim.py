@@ -8,7 +8,11 @@ import math
 import jax
 import numpy as np
 import pytest
-from mechanism_data import CHAIN, refuses
+from mechanism_data import (
+    CHAIN,
+    chain_records_fixture,  # noqa: F401 (the fixture chain_records)
+    refuses,
+)
 
 from numpyro_dpgm import MarkovNetwork, count, rubin, synthesize
 from numpyro_dpgm.infer.bayes import noisy_marginals_model, run_svi

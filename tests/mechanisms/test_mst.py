@@ -6,7 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from mechanism_data import CHAIN, refuses
+from mechanism_data import (
+    CHAIN,
+    chain_records_fixture,  # noqa: F401 (the fixture chain_records)
+    refuses,
+)
 
 from numpyro_dpgm import Domain, count
 from numpyro_dpgm.mechanisms import mst
