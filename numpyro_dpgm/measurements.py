@@ -24,6 +24,7 @@ __all__ = [
     "NoiseSpec",
     "Measurement",
     "estimate_total",
+    "measurement_list",
 ]
 
 
@@ -198,3 +199,17 @@ def estimate_total(
     var = 1.0 / float(np.sum(inv))
     value = max(float(min_total), float(np.sum(inv * np.asarray(estimates))) * var)
     return (value, var) if return_variance else value
+
+
+def measurement_list(measurements: Any, empty: str) -> list[Measurement]:
+    """``measurements`` (one :class:`Measurement` or a sequence of them) as a non-empty list;
+    ``ValueError(empty)`` when there are none, ``TypeError`` naming any entry that is not one."""
+    if isinstance(measurements, Measurement):
+        measurements = [measurements]
+    measurements = list(measurements)
+    if not measurements:
+        raise ValueError(empty)
+    for k, m in enumerate(measurements):
+        if not isinstance(m, Measurement):
+            raise TypeError(f"measurements[{k}] is a {type(m).__name__}, not a Measurement")
+    return measurements

@@ -46,7 +46,7 @@ from .._deprecation import old_spellings
 from .._warnings import warn_sparse_tables
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Domain
-from ..measurements import Measurement, estimate_total
+from ..measurements import Measurement, estimate_total, measurement_list
 from ..network import MarkovNetwork
 from ..privacy.guarantees import ZCDP, ApproxDP, PureDP
 
@@ -168,14 +168,8 @@ def resolve_network(network_or_domain: Any, measurements: Any) -> tuple[MarkovNe
     ``KeyError`` for a measurement over an attribute not in the domain and ``TypeError`` for
     arguments of the wrong type.
     """
-    if isinstance(measurements, Measurement):
-        measurements = [measurements]
-    measurements = list(measurements)
-    if not measurements:
-        raise ValueError("no measurements: an estimator needs at least one measurement")
-    for k, m in enumerate(measurements):
-        if not isinstance(m, Measurement):
-            raise TypeError(f"measurements[{k}] is a {type(m).__name__}, not a Measurement")
+    measurements = measurement_list(
+        measurements, "no measurements: an estimator needs at least one measurement")
     if isinstance(network_or_domain, MarkovNetwork):
         network = network_or_domain
         check_attributes(measurements, network.domain)

@@ -42,7 +42,14 @@ from ...distributions.relaxation import relaxation_leak
 from ...domain import Clique
 from ...inference import junction_tree as jt
 from ...inference.calibration import clique_log_potentials
-from ...measurements import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Measurement
+from ...measurements import (
+    DiscreteGaussian,
+    DiscreteLaplace,
+    Gaussian,
+    Laplace,
+    Measurement,
+    measurement_list,
+)
 from ...network import MarkovNetwork
 from ...tables import project_table
 from .coding import reference_coding
@@ -128,14 +135,7 @@ class NoisyMarginalsModel:
     ):
         if not isinstance(network, MarkovNetwork):
             raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
-        if isinstance(measurements, Measurement):
-            measurements = [measurements]
-        measurements = list(measurements)
-        if not measurements:
-            raise ValueError("the model needs at least one measurement")
-        for k, m in enumerate(measurements):
-            if not isinstance(m, Measurement):
-                raise TypeError(f"measurements[{k}] is a {type(m).__name__}, not a Measurement")
+        measurements = measurement_list(measurements, "the model needs at least one measurement")
         latent = triangulated(network) if triangulate else network
         decomposable_layout(latent)  # a clear error now rather than at the first draw
         if relaxation not in ("lgamma", "stirling"):
