@@ -617,3 +617,28 @@ def test_fit_warns_about_a_sparse_clique_as_a_line(tmp_path):
     assert ("warning: the model's clique ('a', 'b') has 100 cells, 2× the 50 records"
             in " ".join(out.split())), out
     assert warnings.showwarning is display  # put back when the command ends
+
+
+@pytest.mark.parametrize("path", ["exact", "relaxed"])
+def test_nuts_says_its_path_and_shows_progress_when_not_a_terminal(tmp_path, monkeypatch, path):
+    """``dpgm fit --method nuts --path`` runs the path asked for, says so with the convergence
+    figures, and prints a progress line per step of each phase when the output is not a
+    terminal (here every step: the interval is 0)."""
+    from numpyro_dpgm.cli import _progress
+
+    meas, post = tmp_path / "m.json", tmp_path / "post.json"
+    _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "-o", meas, "--clique",
+         "Sex,Survived", "--epsilon", "1", "--seed", "0"])
+    monkeypatch.setattr(_progress, "PROGRESS_EVERY", 0.0)
+    output = _ok(["fit", meas, "--method", "nuts", "--iters", 20, "--chains", 1, "--path", path,
+                  "-o", post])
+    lines = [line for line in output.splitlines() if line.startswith("progress: ")]
+    assert any(line.startswith("progress: NUTS: 1 chain(s) × (20 warm-up + 20 draws): warmup "
+                               "step 20 (") for line in lines)
+    assert any("sample step 20 (" in line for line in lines)
+    assert f"({path} path: " in output or f"1 chain(s), {path} path" in output
+    assert re.search(r"worst R-hat \d\.\d{3}, smallest bulk ESS \d+", output)
+    options = json.loads(post.read_text())["provenance"]["options"]
+    assert options["path"] == path and options["max_depth_hits"] >= 0
+    _fails(["fit", meas, "--method", "nuts", "--path", "both", "-o", tmp_path / "x.json"],
+           "unknown --path 'both'", tmp_path / "x.json")

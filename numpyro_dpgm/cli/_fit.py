@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from ._common import Force, _check_output, _enable_x64, _input_errors, console
-from ._progress import _progress, _stage
+from ._progress import _mcmc_progress, _progress
 
 #: The point estimators come from the estimators' registry; ``nuts`` gives posterior draws.
 #: The estimators' command-line names, in the registry's order (``estimation.ESTIMATORS``,
@@ -19,6 +19,9 @@ from ._progress import _progress, _stage
 #: does not import JAX.
 ESTIMATOR_NAMES = ("naive", "cgm-em", "variational-em", "mcem", "prox-pgm", "posterior-mean")
 METHODS = (*ESTIMATOR_NAMES, "nuts")
+
+#: ``--path`` of ``--method nuts``: ``run_nuts``'s ``exact`` argument.
+NUTS_PATHS = {"auto": None, "exact": True, "relaxed": False}
 
 
 def _registry() -> dict:
@@ -48,6 +51,10 @@ def fit(
              "posterior-mean, default 2000), NUTS draws per chain for nuts (default 500, after "
              "as many warm-up steps)")] = None,
     chains: Annotated[int, typer.Option(help="NUTS chains (nuts only)")] = 2,
+    path: Annotated[str, typer.Option(
+        help="nuts only: exact (an exact Gibbs update of the latent count tables inside NUTS), "
+             "relaxed (the continuous relaxation of the counts), or auto (exact where the "
+             "relaxation would leak over 1 % of the records into near-empty cells)")] = "auto",
     seed: Annotated[int, typer.Option(
         help="seed of the stochastic methods (nuts, mcem, variational-em, "
              "posterior-mean)")] = 0,
@@ -71,6 +78,8 @@ def fit(
             raise ValueError(f"--total must be positive, got {total}")
         if chains < 1:
             raise ValueError(f"--chains must be at least 1, got {chains}")
+        if path not in NUTS_PATHS:
+            raise ValueError(f"unknown --path {path!r}; choose one of {list(NUTS_PATHS)}")
         _check_output(out, force=force, inputs=(measurements,))
         saved = load_measurements(measurements)
         cliques = list(dict.fromkeys(m.clique for m in saved.measurements))
@@ -85,7 +94,7 @@ def fit(
         t0 = time.perf_counter()
         if method == "nuts":
             result, options = _run_nuts(saved.measurements, network, n, iters or 500, chains,
-                                        seed)
+                                        seed, path)
         else:
             # an estimated N is the estimator's own (rounded where latent counts need an integer)
             result, options = _run_fit(method, saved.measurements, network,
@@ -106,8 +115,11 @@ def fit(
         save_model(out, result, categories=saved.categories, total=n, provenance=provenance,
                    domain=saved.domain)
     if method == "nuts":
-        summary = (f"{options['draws']} posterior draws ({chains} chain(s)), worst split R-hat "
-                   f"{options['max_rhat']:.3f}, {options['divergences']} divergences")
+        summary = (f"{options['draws']} posterior draws ({chains} chain(s), {options['path']} "
+                   f"path: {options['path_reason']}), worst R-hat {options['max_rhat']:.3f}, "
+                   f"smallest bulk ESS {options['min_ess_bulk']:.0f}, "
+                   f"{options['divergences']} divergences, {options['max_depth_hits']} draws at "
+                   "the maximum tree depth")
     else:
         summary = (f"{result.iterations} iterations, "
                    f"{'converged' if result.converged else 'iteration limit reached'}")
@@ -123,12 +135,12 @@ def fit(
 
 
 def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, chains: int,
-              seed: int) -> tuple[Any, dict[str, Any]]:
+              seed: int, path: str = "auto") -> tuple[Any, dict[str, Any]]:
     """Posterior draws of the record model (:func:`numpyro_dpgm.infer.bayes.run_nuts`) as one
-    batched MarkovRandomField, with the convergence figures the provenance keeps."""
+    batched MarkovRandomField, with the path that ran and the convergence figures the provenance
+    keeps (``run_nuts`` warns, naming the remedy, where they fall short)."""
     import jax
     import numpy as np
-    from numpyro.diagnostics import split_gelman_rubin
 
     from ..estimation.cgm_em import em_start
     from ..infer.bayes import noisy_marginals_model, run_nuts
@@ -136,14 +148,16 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
 
     bayes = noisy_marginals_model(network, measurements, int(round(total)),
                                   triangulate=not network.is_decomposable)
-    with _stage(f"NUTS: {chains} chain(s) × ({draws} warm-up + {draws} draws)"):
+    with _mcmc_progress(f"NUTS: {chains} chain(s) × ({draws} warm-up + {draws} draws)") as bar:
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
-                        num_chains=chains, init=em_start(bayes))
-    phi = np.asarray(mcmc.get_samples(group_by_chain=True)["phi"])
-    rhat = float(np.max(split_gelman_rubin(phi))) if phi.shape[1] > 3 else float("nan")
+                        num_chains=chains, init=em_start(bayes), progress_bar=bar,
+                        exact=NUTS_PATHS[path])
+    figures = mcmc.convergence
     divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
     options = {"draws": draws * chains, "warmup": draws, "chains": chains, "seed": seed,
-               "max_rhat": rhat, "divergences": divergences}
+               "path": mcmc.path, "path_reason": mcmc.path_reason,
+               "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,
+               "max_depth_hits": figures.max_depth_hits, "divergences": divergences}
     return posterior_models(mcmc, network), options
 
 

@@ -72,3 +72,60 @@ def _progress(description: str, total: int | None) -> Iterator[Callable[[int], N
             update(f"{description}: {i}/{total}, about {_elapsed(left)} left")
 
         yield advance_to
+
+
+class _StepLines:
+    """Stands in for ``tqdm.trange`` in :func:`numpyro.util.fori_collect`: the same iteration,
+    reported as ``advance_to(step, phase)`` instead of a bar, the step counted within its phase
+    (NumPyro labels each step ``warmup`` or ``sample`` after it runs)."""
+
+    def __init__(self, advance_to: Callable[[int, str], None]) -> None:
+        self._advance_to = advance_to
+
+    def trange(self, upper: int, **_: object) -> _StepLines:
+        self._upper, self._phase = upper, ""
+        return self
+
+    def __enter__(self) -> _StepLines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __iter__(self) -> Iterator[int]:
+        phase, start = None, 0
+        for i in range(self._upper):
+            yield i
+            if self._phase != phase:
+                phase, start = self._phase, i
+            self._advance_to(i - start + 1, phase)
+
+    def set_description(self, text: str, refresh: bool = False) -> None:
+        self._phase = text.strip()
+
+    def set_postfix_str(self, text: str, refresh: bool = False) -> None:
+        return None
+
+
+@contextmanager
+def _mcmc_progress(description: str) -> Iterator[bool]:
+    """Progress of NumPyro's MCMC: yields the ``progress_bar`` argument to give it. On a terminal
+    NumPyro's own bars (``True``); elsewhere ``progress:`` lines (:func:`_stage`) with the
+    chain's phase and step, fed by NumPyro's per-step loop in place of its bar; where that loop
+    is not found (another NumPyro), the lines of the stage's start and end only (``False``)."""
+    if err_console.is_terminal:
+        err_console.print(description, highlight=False, soft_wrap=True)
+        yield True
+        return
+    import numpyro.util
+
+    with _stage(description) as update:
+        if not hasattr(getattr(numpyro.util, "tqdm", None), "trange"):
+            yield False
+            return
+        original = numpyro.util.tqdm
+        numpyro.util.tqdm = _StepLines(lambda i, phase: update(f"{description}: {phase} step {i}"))
+        try:
+            yield True
+        finally:
+            numpyro.util.tqdm = original

@@ -177,9 +177,10 @@ def run_nuts(
         integer-valued on the exact path) and ``mcmc.get_extra_fields()`` the statistics
         :data:`NUTS_FIELDS` and ``diverging`` (only ``diverging``, always false, when ``θ`` is
         fixed on the exact path).
-        Set on it: ``mcmc.path`` (``"exact"`` or ``"relaxed"``), ``mcmc.path_reason`` (why)
-        and ``mcmc.model`` (the model sampled: on the exact path, ``model`` with
-        ``relaxed=False``).
+        Set on it: ``mcmc.path`` (``"exact"`` or ``"relaxed"``), ``mcmc.path_reason`` (why),
+        ``mcmc.model`` (the model sampled: on the exact path, ``model`` with
+        ``relaxed=False``) and, with ``check``, ``mcmc.convergence`` (the
+        :class:`~numpyro_dpgm.infer.bayes.checks.ConvergenceFigures` the warnings are based on).
     """
     values = _init_values(model, init)
     path, reason = choose_path(model, exact, values)
@@ -226,8 +227,8 @@ def _check(mcmc: MCMC, model: Any, path: str, max_tree_depth: int) -> None:
     else:
         sites = [k for k in samples if k not in ("theta", "mu")]
     steps = mcmc.get_extra_fields(group_by_chain=True).get("num_steps")
-    warn_convergence(convergence_figures(samples, sites, steps, max_tree_depth), path,
-                     stacklevel=5)
+    mcmc.convergence = convergence_figures(samples, sites, steps, max_tree_depth)
+    warn_convergence(mcmc.convergence, path, stacklevel=5)
     if path == "relaxed" and isinstance(model, NoisyMarginalsModel) and "theta" in samples:
         theta = np.asarray(samples["theta"])
         leaks = posterior_leak(model, theta.reshape((-1,) + theta.shape[2:]))
