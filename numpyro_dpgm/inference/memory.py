@@ -6,11 +6,11 @@ error names the largest cliques with their cells and bytes, what each triangulat
 would need (given the network), and the alternatives: the other ``method``, the approximate
 oracle (:class:`~numpyro_dpgm.inference.oracles.ConvexGBPOracle`, APPGM:
 ``prox_pgm(..., oracle="convex_gbp")``, region graphs of the network's own cliques) and how to
-raise the cap. The cap
-is :data:`DEFAULT_MAX_CLIQUE_BYTES` (1 GiB, 134,217,728 cells), overridden by the environment
-variable ``NUMPYRO_DPGM_MAX_CLIQUE_BYTES`` (bytes, read at each check) or, within a block, by
-:func:`clique_memory_cap`; :func:`check_memory` applies it to a tree (with an explicit cap as an
-argument). It also refuses (:class:`JunctionTreeTooLargeError`) a tree whose tables together,
+raise the cap. The cap is :data:`DEFAULT_MAX_CLIQUE_BYTES` (1 GiB, 134,217,728 cells),
+overridden by the environment variable ``NUMPYRO_DPGM_MAX_CLIQUE_BYTES`` (bytes, read at each
+check) or, within a block, by :func:`clique_memory_cap`; :func:`check_memory` applies it to a
+tree (with an explicit cap as an argument, and the tree's network to compare the heuristics).
+It also refuses (:class:`JunctionTreeTooLargeError`) a tree whose tables together,
 :data:`WORKING_COPIES` float64 copies of each (:func:`oracle_bytes`), would not fit in the
 machine's physical memory.
 """

@@ -240,7 +240,7 @@ def build_junction_tree(network: MarkovNetwork, method: str = DEFAULT_METHOD) ->
     return _build_junction_tree(network, check_method(method))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=768)  # 3 entries a network: "auto" and the two it compares
 def _build_junction_tree(network: MarkovNetwork, method: str) -> JunctionTree:
     if method == "auto":
         return _cheaper(_build_junction_tree(network, "min_fill"),

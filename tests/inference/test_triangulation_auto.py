@@ -161,16 +161,16 @@ def test_cap_error_names_cliques_heuristics_and_alternatives(monkeypatch) -> Non
     by_size = jt.build_junction_tree(net, "min_size")
     with memory.clique_memory_cap(1000), pytest.raises(memory.CliqueTooLargeError) as err:
         jt.log_partition(net, jnp.zeros(net.num_params), "min_fill")
-    msg = str(err.value)
-    fill_run, size_run = (memory._gib(memory.oracle_bytes(t)) for t in (by_fill, by_size))
-    assert msg == (
+    # 4 float64 copies of the tables and separators: 4·8·(400 + 100 + 1) and 4·8·(80 + 4 + 1)
+    assert [memory.oracle_bytes(t) for t in (by_fill, by_size)] == [16_032, 2_720]
+    assert str(err.value) == (
         "the junction tree has clique ('a', 'c', 'd') with 200 cells (1,600 bytes = "
-        f"{memory._gib(1600)} as float64), above the exact oracle's cap of 1,000 bytes "
-        f"({memory._gib(1000)}); cliques above the cap: ('a', 'c', 'd') (200 cells), "
+        "1.49e-06 GiB as float64), above the exact oracle's cap of 1,000 bytes "
+        "(9.31e-07 GiB); cliques above the cap: ('a', 'c', 'd') (200 cells), "
         "('b', 'c', 'd') (200 cells); the triangulations need: method='min_fill' (this tree) "
-        f"400 cells in all, largest clique 200 cells ({memory._gib(1600)}), about {fill_run} "
+        "400 cells in all, largest clique 200 cells (1.49e-06 GiB), about 1.49e-05 GiB "
         "to run; method='min_size' 80 cells in all, largest clique 40 cells "
-        f"({memory._gib(320)}), about {size_run} to run; alternatives: method='min_size' "
+        "(2.98e-07 GiB), about 2.53e-06 GiB to run; alternatives: method='min_size' "
         "(it fits); the approximate oracle ConvexGBPOracle (APPGM: prox_pgm(..., "
         "oracle='convex_gbp')); raise the cap to at least 1,600 bytes: set "
         "$NUMPYRO_DPGM_MAX_CLIQUE_BYTES=1600 or run inside 'with "
