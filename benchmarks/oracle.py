@@ -389,8 +389,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the N(0,1) log-potentials")
     parser.add_argument("--workloads", default="tree,3way",
                         help="comma-separated subset of tree,3way (default %(default)s)")
-    parser.add_argument("--method", default="min_fill", choices=("min_fill", "min_size"),
-                        help="numpyro_dpgm's triangulation heuristic (default %(default)s)")
+    parser.add_argument("--method", default="auto", choices=("auto", "min_fill", "min_size"),
+                        help="numpyro_dpgm's triangulation heuristic (default %(default)s: the "
+                             "cheaper tree of the two)")
     parser.add_argument("--mbi-oracles", default=",".join(MBI_ORACLES),
                         help="comma-separated mbi oracles to time (default: all of %(default)s)")
     parser.add_argument("--mbi-ve-max-cells", type=float, default=2e8,

@@ -14,6 +14,7 @@ from numpyro.distributions.distribution import Distribution
 from .._precision import warn_if_float32
 from ..domain import Clique
 from ..inference import junction_tree as jt
+from ..inference.triangulation import DEFAULT_METHOD, check_method
 from ..network import MarkovNetwork
 from ..tables import CliqueTables
 
@@ -43,8 +44,10 @@ class MarkovRandomField(Distribution):
         Domain and cliques; ``φ(x)`` is the indicator of the cell ``x`` falls in, per clique.
     theta : array, shape ``batch_shape + (network.num_params,)``, or CliqueTables
         Log-potentials in the network's layout.
-    method : {"min_fill", "min_size"}
-        Triangulation heuristic of the junction tree used for exact inference.
+    method : {"auto", "min_fill", "min_size"}
+        Triangulation heuristic of the junction tree used for exact inference; the default,
+        ``"auto"``, keeps the tree with fewer cells of the two
+        (:func:`~numpyro_dpgm.inference.build_junction_tree`).
 
     Notes
     -----
@@ -73,7 +76,7 @@ class MarkovRandomField(Distribution):
         network: MarkovNetwork,
         theta: Any,
         *,
-        method: str = "min_fill",
+        method: str = DEFAULT_METHOD,
         validate_args: bool | None = None,
     ):
         theta = validated_theta(network, theta)
@@ -83,7 +86,7 @@ class MarkovRandomField(Distribution):
             warn_if_float32("MarkovRandomField")
         self.network = network
         self.theta = theta
-        self.method = method
+        self.method = check_method(method)
         super().__init__(theta.shape[:-1], (len(network.domain),), validate_args=validate_args)
 
     @constraints.dependent_property(is_discrete=True, event_dim=1)

@@ -34,6 +34,7 @@ import numpy as np
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique
 from ..inference.mle import fit_theta, solve_mle
+from ..inference.triangulation import DEFAULT_METHOD
 from ..measurements import Measurement
 from ..metrics import embed_theta
 from ..network import MarkovNetwork
@@ -138,7 +139,7 @@ def fit_mle(
     max_iters: int = 1000,
     memory_size: int = 10,
     max_linesearch_steps: int = 30,
-    method: str = "min_fill",
+    method: str = DEFAULT_METHOD,
     tie: Any = None,
 ) -> Result:
     """L2-regularised maximum likelihood from target marginals.
@@ -172,8 +173,9 @@ def fit_mle(
         Number of curvature pairs L-BFGS keeps.
     max_linesearch_steps : int
         Limit of the zoom line search per iteration.
-    method : {"min_fill", "min_size"}
-        Triangulation heuristic of the junction tree.
+    method : {"auto", "min_fill", "min_size"}
+        Triangulation heuristic of the junction tree; the default, ``"auto"``, keeps the
+        tree with fewer cells of the two (:func:`~numpyro_dpgm.inference.build_junction_tree`).
     tie : int array ``(num_params,)``, optional
         Parameter tying: the network's log-potentials are ``w[tie]`` for ``K = max(tie) + 1``
         free parameters ``w`` (e.g. one pairwise table shared by every step of a
@@ -235,7 +237,7 @@ def naive_theta(
     max_iters: int = 1000,
     memory_size: int = 10,
     max_linesearch_steps: int = 30,
-    method: str = "min_fill",
+    method: str = DEFAULT_METHOD,
 ) -> tuple[Array, Array]:
     """Pure core of :func:`naive_mle` for one noisy table per clique: ``(θ̂, gradient norm)``.
 
@@ -393,7 +395,7 @@ def naive_mle(
     non_identity: str = "error",
     tol: float = 1e-8,
     memory_size: int = 10,
-    method: str = "min_fill",
+    method: str = DEFAULT_METHOD,
 ) -> Result:
     """Naive MLE of seed 002, §3.1: simplex-projected noisy marginals, then regularised MLE.
 

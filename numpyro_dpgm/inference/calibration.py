@@ -116,7 +116,7 @@ def clique_log_potentials(tree: JunctionTree, network: MarkovNetwork, theta: Arr
     list of arrays
         One log-potential table per junction-tree clique.
     """
-    check_memory(tree)
+    check_memory(tree, network=network)
     tables = network.unflatten(theta)
     dtype = jnp.result_type(theta)
     psi = [jnp.zeros(tree.domain.shape_of(c), dtype=dtype) for c in tree.cliques]

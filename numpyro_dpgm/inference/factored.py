@@ -159,7 +159,7 @@ def _factored_upward(network: MarkovNetwork, theta: Array, method: str) -> _Fact
     down to its separator (the shifts add up to the message's log-scale).
     """
     tree = build_junction_tree(network, method)
-    check_memory(tree)
+    check_memory(tree, network=network)
     plan = _plan(network, method)
     domain = tree.domain
     tables = network.unflatten(theta)

@@ -59,7 +59,7 @@ from .factored import (
 )
 from .memory import check_memory
 from .queries import _is_traced, query_marginal
-from .triangulation import JunctionTree, build_junction_tree
+from .triangulation import DEFAULT_METHOD, JunctionTree, build_junction_tree
 
 __all__ = [
     "JunctionTree",
@@ -78,7 +78,7 @@ def _as_total(total: Any) -> Any:
     return float(total) if isinstance(total, int | float) else total
 
 
-def log_partition(network: MarkovNetwork, theta: Array, method: str = "min_fill") -> Array:
+def log_partition(network: MarkovNetwork, theta: Array, method: str = DEFAULT_METHOD) -> Array:
     """Log-partition function ``A(θ)`` of ``network`` with log-potentials ``theta``.
 
     Parameters
@@ -86,8 +86,9 @@ def log_partition(network: MarkovNetwork, theta: Array, method: str = "min_fill"
     network : MarkovNetwork
     theta : array, shape ``(num_params,)``, or CliqueTables
         Log-potentials in the network's layout.
-    method : {"min_fill", "min_size"}
-        Triangulation heuristic.
+    method : {"auto", "min_fill", "min_size"}
+        Triangulation heuristic; the default, ``"auto"``, keeps the
+        tree with fewer cells of the two (:func:`~numpyro_dpgm.inference.build_junction_tree`).
 
     Returns
     -------
@@ -100,7 +101,7 @@ def log_partition(network: MarkovNetwork, theta: Array, method: str = "min_fill"
     CliqueTooLargeError
         If a junction-tree clique exceeds the memory cap (module notes).
     """
-    check_memory(build_junction_tree(network, method))
+    check_memory(build_junction_tree(network, method), network=network)
     if not any(_plan(network, method).factored):
         return _log_partition(network, theta, method)
     if _is_traced(theta):
@@ -110,7 +111,7 @@ def log_partition(network: MarkovNetwork, theta: Array, method: str = "min_fill"
 
 
 def marginals(
-    network: MarkovNetwork, theta: Array, total: Array = 1.0, method: str = "min_fill"
+    network: MarkovNetwork, theta: Array, total: Array = 1.0, method: str = DEFAULT_METHOD
 ) -> CliqueTables:
     """Marginal of every clique of ``network``, scaled to sum to ``total``.
 
@@ -124,8 +125,9 @@ def marginals(
         Log-potentials in the network's layout.
     total : float or scalar array
         Sum of every returned table (1 gives probabilities, N expected counts).
-    method : {"min_fill", "min_size"}
-        Triangulation heuristic.
+    method : {"auto", "min_fill", "min_size"}
+        Triangulation heuristic; the default, ``"auto"``, keeps the
+        tree with fewer cells of the two (:func:`~numpyro_dpgm.inference.build_junction_tree`).
 
     Returns
     -------
@@ -138,14 +140,14 @@ def marginals(
     the rare case it fails the log-space program runs (compiled then); under ``jit``, ``vmap``
     or ``grad`` both are traced and ``lax.cond`` picks one (under ``vmap`` both run).
     """
-    check_memory(build_junction_tree(network, method))
+    check_memory(build_junction_tree(network, method), network=network)
     tables, _ = _network_program(network, theta, _as_total(total), method)
     # the tables come from the network's own layout: skip CliqueTables' input checks
     return CliqueTables.tree_unflatten(network.cliques, tables)
 
 
 def marginal(
-    network: MarkovNetwork, theta: Array, attrs: Clique, method: str = "min_fill"
+    network: MarkovNetwork, theta: Array, attrs: Clique, method: str = DEFAULT_METHOD
 ) -> Array:
     """Marginal distribution over any attribute set ``attrs`` (in the order given).
 
@@ -156,8 +158,9 @@ def marginal(
         Log-potentials in the network's layout.
     attrs : tuple of str
         Any non-empty set of distinct attributes of the domain.
-    method : {"min_fill", "min_size"}
-        Triangulation heuristic.
+    method : {"auto", "min_fill", "min_size"}
+        Triangulation heuristic; the default, ``"auto"``, keeps the
+        tree with fewer cells of the two (:func:`~numpyro_dpgm.inference.build_junction_tree`).
 
     Returns
     -------
@@ -177,7 +180,7 @@ def marginal(
     """
     attrs = network.domain.check_clique(attrs)
     tree = build_junction_tree(network, method)
-    check_memory(tree)
+    check_memory(tree, network=network)
     if _is_traced(theta):
         return query_marginal(tree, _tree_marginals(network, theta, method), attrs)
     tables, messages = _network_program(network, theta, 1.0, method)
@@ -241,7 +244,8 @@ def _host_query(
 @functools.partial(jax.jit, static_argnums=(0, 3, 4))
 @renamed_key
 def sample(
-    network: MarkovNetwork, theta: Array, rng_key: Array, num_samples: int, method: str = "min_fill"
+    network: MarkovNetwork, theta: Array, rng_key: Array, num_samples: int,
+    method: str = DEFAULT_METHOD,
 ) -> Array:
     """Exact forward sampling of records from ``p_θ`` on the calibrated junction tree.
 
@@ -256,8 +260,9 @@ def sample(
         Log-potentials in the network's layout.
     rng_key : PRNG key
     num_samples : int
-    method : {"min_fill", "min_size"}
-        Triangulation heuristic.
+    method : {"auto", "min_fill", "min_size"}
+        Triangulation heuristic; the default, ``"auto"``, keeps the
+        tree with fewer cells of the two (:func:`~numpyro_dpgm.inference.build_junction_tree`).
 
     Returns
     -------

@@ -25,6 +25,7 @@ import optax.tree_utils as otu
 from .._precision import warn_if_float32
 from ..network import MarkovNetwork
 from . import junction_tree as jt
+from .triangulation import DEFAULT_METHOD
 
 __all__ = ["LBFGSState", "MLEFit", "check_tie", "fit_theta", "solve_mle"]
 
@@ -192,7 +193,7 @@ def _fit(
 def solve_mle(
     network: MarkovNetwork, mu_hat: Array, l2: Array, theta0: Array, *, tol: float,
     max_iters: int, memory_size: int = 10, max_linesearch_steps: int = 30,
-    method: str = "min_fill", tie: Array | None = None,
+    method: str = DEFAULT_METHOD, tie: Array | None = None,
 ) -> LBFGSState:
     """Pure core of :func:`fit_theta`: the final L-BFGS state, no validation, no host transfers.
 
@@ -216,7 +217,7 @@ def fit_theta(
     max_iters: int = 1000,
     memory_size: int = 10,
     max_linesearch_steps: int = 30,
-    method: str = "min_fill",
+    method: str = DEFAULT_METHOD,
     tie: Any = None,
 ) -> MLEFit:
     """L2-regularised maximum likelihood from target marginals: ``θ̂`` and how the solver ended.

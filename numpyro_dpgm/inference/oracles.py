@@ -26,6 +26,7 @@ from . import calibration
 from . import junction_tree as jt
 from .gbp import GBPState, _call, _validate_run_args, init_state
 from .region_graph import RegionGraph, build_region_graph
+from .triangulation import DEFAULT_METHOD, check_method
 
 __all__ = [
     "ORACLES",
@@ -74,20 +75,18 @@ class ExactOracle:
     Parameters
     ----------
     network : MarkovNetwork
-    method : {"min_fill", "min_size"}
-        Triangulation heuristic of the junction tree.
+    method : {"auto", "min_fill", "min_size"}
+        Triangulation heuristic of the junction tree; the default, ``"auto"``, keeps the
+        tree with fewer cells of the two (:func:`~numpyro_dpgm.inference.build_junction_tree`).
     """
 
     network: MarkovNetwork
-    method: str = "min_fill"
+    method: str = DEFAULT_METHOD
 
     def __post_init__(self) -> None:
         if not isinstance(self.network, MarkovNetwork):
             raise TypeError(f"network must be a MarkovNetwork, got {type(self.network).__name__}")
-        if self.method not in ("min_fill", "min_size"):
-            raise ValueError(
-                f"unknown triangulation method {self.method!r}; use 'min_fill' or 'min_size'"
-            )
+        check_method(self.method)
 
     def init_state(self) -> tuple[()]:
         return ()
