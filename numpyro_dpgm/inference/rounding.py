@@ -208,10 +208,7 @@ def round_records(network: MarkovNetwork, theta: Array, rng_key: Array, num_reco
         raise ValueError(f"num_records must be a positive integer, got {num_records!r}")
     domain = network.domain
     check_rounding_memory(int(num_records), len(domain))
-    theta = _as_vector(network, theta)
-    if theta.shape != (network.num_params,):
-        raise ValueError(f"theta has shape {theta.shape}; rounding takes one model, shape "
-                         f"({network.num_params},)")
+    theta = _as_vector(network, theta)  # one model: a batch is refused here
     tree = build_junction_tree(network, method)
     check_memory(tree)
     rng = _generator(rng_key)
