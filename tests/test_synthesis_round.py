@@ -3,6 +3,8 @@ exact totals, reproducible records, trees, forests, cycles, unmodelled attribute
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import numpy as np
 import pandas as pd
@@ -186,6 +188,8 @@ def test_round_records_bad_input():
         round_records(net, np.zeros((2, net.num_params)), jax.random.key(0), 5)
     with pytest.raises(RoundingMemoryError, match="GiB at once"):
         round_records(net, model.theta, jax.random.key(0), 10**13)
+    with pytest.raises(ValueError, match=r"got shapes \(3,\) and \(3,\)"):
+        round_counts(np.ones(3) / 3, np.ones(3, int), np.random.default_rng(0))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -206,3 +210,13 @@ def test_cli_rounds_a_model_file_on_request(tmp_path):
                               "-o", str(tmp_path / "f.csv")])
     assert res.exit_code == 2 and "--sampling must be sample or round" in res.output
     assert not (tmp_path / "f.csv").exists()
+
+
+def test_a_tiny_fraction_needs_no_warning_and_a_zero_cell_gets_nothing():
+    # the key log(u) / frac of a fraction of 3e-311 overflows; it is clamped, silently
+    probs = np.tile([0.0, 0.5, 0.5, 1e-311], (200, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        counts = round_counts(probs, np.full(200, 3), np.random.default_rng(1))
+    assert np.all(counts.sum(axis=1) == 3) and not counts[:, 0].any()
+    assert np.all((counts[:, 1:3] >= 1) & (counts[:, 1:3] <= 2))

@@ -107,16 +107,22 @@ def round_counts(probs: np.ndarray, totals: np.ndarray, rng: np.random.Generator
         Every count the floor or the ceiling of ``totals[r] · probs[r, c]``; rows sum to
         ``totals``.
     """
-    expected = np.asarray(totals, dtype=np.float64)[:, None] * probs
+    probs, totals = np.asarray(probs, dtype=np.float64), np.asarray(totals)
+    if probs.ndim != 2 or totals.shape != probs.shape[:1]:
+        raise ValueError(f"probs must be (rows, cells) and totals (rows,); got shapes "
+                         f"{probs.shape} and {totals.shape}")
+    expected = totals.astype(np.float64)[:, None] * probs
     floor = np.floor(expected)
     frac = expected - floor
     counts = floor.astype(np.int64)
-    extra = np.asarray(totals, dtype=np.int64) - counts.sum(axis=1)
+    extra = totals.astype(np.int64) - counts.sum(axis=1)
     if not np.any(extra > 0):
         return counts
-    with np.errstate(divide="ignore"):
-        keys = np.where(frac > 0, np.log(rng.random(frac.shape)) / np.where(frac > 0, frac, 1),
-                        -np.inf)
+    # a tiny fraction's key overflows to -inf: clamped, it still ranks above every cell of
+    # fraction 0 (which never gets a leftover record)
+    with np.errstate(divide="ignore", over="ignore"):
+        keys = np.log(rng.random(frac.shape)) / np.where(frac > 0, frac, 1)
+    keys = np.where(frac > 0, np.maximum(keys, np.finfo(np.float64).min), -np.inf)
     rank = np.argsort(np.argsort(-keys, axis=1, kind="stable"), axis=1, kind="stable")
     return counts + (rank < extra[:, None])
 
