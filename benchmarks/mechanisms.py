@@ -9,6 +9,10 @@ is a fresh subprocess (no warm compilation caches; the import is not timed): our
 under the Python of an environment with mbi installed (``--mbi-python``). Each run's time
 covers the mechanism and the synthetic data it returns.
 
+Our synthetic data are made as ``--sampling`` says: ``round`` (default; the mechanisms'
+``synthesize`` default, and what mbi's ``synthetic_data`` does) rounds the model's expected
+counts, ``sample`` draws the records at random. ``--epsilons`` and ``--seeds`` narrow the plan.
+
 Workload: all 3-way marginals with at most 10,000 cells; error: the mean over the workload of
 ``½‖p̂ − p‖₁`` between the synthetic data's and the real data's marginals (the figure mbi's
 scripts print); budget ``(ε, 1e-9)``. Data: Adult and Titanic from ``shared/data``.
@@ -87,6 +91,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and pip-install it into the environment of --mbi-python")
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="seconds per run before it is recorded as a timeout")
+    parser.add_argument("--sampling", choices=["round", "sample"], default="round",
+                        help="how our synthetic records are made (see synthesize)")
+    parser.add_argument("--epsilons", nargs="+", type=float, default=None,
+                        help="only the plan's runs at these ε")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="only the plan's runs with seed < SEEDS")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
     parser.add_argument("--one", nargs=5, metavar=("DATA", "MECH", "EPS", "SEED", "OUT"),
                         help=argparse.SUPPRESS)
@@ -116,8 +126,9 @@ def setup_mbi(checkout: Path, repo: Path, python: str) -> None:
     subprocess.run([python, "-m", "pip", "install", "-q", str(repo), "matplotlib"], check=True)
 
 
-def run_ours(data: str, mech: str, eps: float, seed: int) -> dict[str, Any]:
-    """One run of our MST or AIM in this process."""
+def run_ours(data: str, mech: str, eps: float, seed: int,
+             sampling: str = "round") -> dict[str, Any]:
+    """One run of our MST or AIM in this process, its synthetic data made by ``sampling``."""
     import jax
     import pandas as pd
 
@@ -131,7 +142,7 @@ def run_ours(data: str, mech: str, eps: float, seed: int) -> dict[str, Any]:
     start = time.perf_counter()
     args = {"budget": ApproxDP(eps, DELTA), "sampler": "jax", "rng_key": seed}
     fit = mst(records, domain, **args) if mech == "mst" else aim(records, domain, **args)
-    synth = synthesize(fit, len(records), rng_key=seed + 1000)
+    synth = synthesize(fit, len(records), rng_key=seed + 1000, sampling=sampling)
     seconds = time.perf_counter() - start
     error = workload_error(count(synth, workload, domain), count(records, workload, domain))
     costs = fit.extras["costs"]
@@ -158,8 +169,8 @@ def run(data: str, contender: str, eps: float, seed: int, args: argparse.Namespa
     out = tmp / f"{data}-{contender}-{eps}-{seed}.json"
     lib, mech = contender.split("-")
     if lib == "ours":
-        cmd = [sys.executable, "-m", "benchmarks", "mechanisms", "--one", data, mech,
-               str(eps), str(seed), str(out)]
+        cmd = [sys.executable, "-m", "benchmarks", "mechanisms", "--sampling", args.sampling,
+               "--one", data, mech, str(eps), str(seed), str(out)]
     else:
         cmd = [args.mbi_python, str(Path(__file__).parent / "_mbi_mechanisms.py"),
                str(args.mbi_repo / "mechanisms"), str(DATA / f"{data}.csv"),
@@ -217,7 +228,7 @@ def table(summary: list[dict[str, Any]]) -> str:
 def main(args: argparse.Namespace) -> int:
     if args.one:
         data, mech, eps, seed, out = args.one
-        result = run_ours(data, mech, float(eps), int(seed))
+        result = run_ours(data, mech, float(eps), int(seed), args.sampling)
         Path(out).write_text(json.dumps(result))
         return 0
     if args.setup_mbi is not None:
@@ -227,7 +238,9 @@ def main(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for data, contender, eps, seed in plan(args.plan):
-            if contender not in args.contenders or data not in args.data:
+            if contender not in args.contenders or data not in args.data or (
+                    args.epsilons is not None and eps not in args.epsilons) or (
+                    args.seeds is not None and seed >= args.seeds):
                 continue
             r = run(data, contender, eps, seed, args, Path(tmp))
             runs.append(r)
@@ -241,7 +254,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _write(args: argparse.Namespace, runs: list[dict[str, Any]], start: float) -> None:
-    meta = {"plan": args.plan, "delta": DELTA, "workload": "all 3-way, <= 10,000 cells",
+    meta = {"plan": args.plan, "sampling": args.sampling, "delta": DELTA,
+            "workload": "all 3-way, <= 10,000 cells",
             "machine": platform.platform(), "processor": platform.processor(),
             "cpus": os.cpu_count(), "python": platform.python_version(),
             "wall_seconds": time.perf_counter() - start,

@@ -49,6 +49,13 @@ def test_seeded_run_writes_labelled_synthetic_data_and_says_it_simulates(tiny, m
     _synth(tiny, "--mechanism", mechanism, "--epsilon", "2", "--delta", "1e-6", "--seed", "3",
            "-o", str(again))
     pd.testing.assert_frame_equal(pd.read_csv(again), synthetic)  # the seed repeats the run
+    # the records are rounded unless --sampling sample asks for draws
+    assert "rounding 400 records" in res.output
+    sampled = tiny / f"{mechanism}-sampled.csv"
+    res = _synth(tiny, "--mechanism", mechanism, "--epsilon", "2", "--delta", "1e-6",
+                 "--seed", "3", "--sampling", "sample", "-o", str(sampled))
+    assert res.exit_code == 0 and "sampling 400 records" in res.output
+    assert not pd.read_csv(sampled).equals(synthetic)
 
 
 def test_opendp_run_with_a_new_ledger_and_several_data_sets(tiny):
@@ -104,4 +111,7 @@ def test_option_mix_ups(tiny):
     res = runner.invoke(app, ["synth", str(tiny / "model.json"), "--epsilon", "1",
                               "-o", str(tiny / "x.csv")])
     assert res.exit_code == 2 and "apply to --mechanism only" in res.output
+    res = _synth(tiny, "--mechanism", "mst", "--epsilon", "1", "--delta", "1e-6",
+                 "--sampling", "exact", "-o", str(tiny / "x.csv"))
+    assert res.exit_code == 2 and "--sampling must be sample or round" in res.output
     assert not (tiny / "x.csv").exists()

@@ -64,6 +64,7 @@ LAYERS = {
     "numpyro_dpgm.inference.oracles": ORACLES,  # what mirror descent calls: exact, Convex-GBP
     "numpyro_dpgm.inference.nlbp": ORACLES,
     "numpyro_dpgm.inference.mle": ORACLES,  # θ from marginals: the oracle run backwards
+    "numpyro_dpgm.inference.rounding": ORACLES,  # records by rounding expected counts
     # 3. distributions
     "numpyro_dpgm.distributions": DISTRIBUTIONS,
     "numpyro_dpgm.distributions.cgm": DISTRIBUTIONS,

@@ -2,7 +2,8 @@
 
 The records are read with their domain file (as ``dpgm release`` reads them), the mechanism
 (:func:`numpyro_dpgm.aim` or :func:`numpyro_dpgm.mst`) selects, measures and fits, and the fitted
-model's records are written. Without ``--seed`` the selections and the noise come from OpenDP's
+model's records are written: rounded from its expected counts unless ``--sampling sample``
+asks for random draws. Without ``--seed`` the selections and the noise come from OpenDP's
 vetted samplers; ``--seed`` runs the seeded JAX sampler (a simulation) and says so. A ledger
 file is debited in zCDP (a new one is created by ``--budget`` with ``--delta``) and written back
 only after the synthetic data. Every check runs before any record is read.
@@ -82,7 +83,7 @@ def run_mechanism(data: Path, paths: list[Path], *, mechanism: str, domain: Path
                   budget: Any, workload: int | None, target: str | None,
                   max_model_size: float | None, records: int | None, seed: int | None,
                   ledger: Path | None, total_budget: float | None,
-                  drop_unmodelled: bool, force: bool) -> None:
+                  drop_unmodelled: bool, force: bool, sampling: str = "round") -> None:
     """Check the outputs and the ledger, read, run the mechanism, write ``paths``."""
     from ..encoding import encode, read_domain
     from ..io import save_ledger
@@ -119,11 +120,13 @@ def run_mechanism(data: Path, paths: list[Path], *, mechanism: str, domain: Path
                                                    callback=report, **options)
     num = records if records is not None else len(frame)
     draw_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
-    with _stage(f"sampling {num} records × {len(paths)} data set(s)"), \
+    with _stage(f"{'rounding' if sampling == 'round' else 'sampling'} {num} records × "
+                f"{len(paths)} data set(s)"), \
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnmodelledAttributesWarning)
         frames = iter_synthetic(run.model, num, len(paths), rng_key=draw_seed,
-                                categories=encoded.categories, drop_unmodelled=drop_unmodelled)
+                                categories=encoded.categories, drop_unmodelled=drop_unmodelled,
+                                sampling=sampling)
         for frame_out, path in zip(frames, paths, strict=True):
             _write_table(frame_out, path)
     for w in caught[:1]:

@@ -62,6 +62,11 @@ def synth(
              "overspend")] = None,
     budget: Annotated[float | None, typer.Option(
         help="--mechanism: total ε of a new --ledger file (with --delta)")] = None,
+    sampling: Annotated[str | None, typer.Option(
+        help="round or sample: round the model's expected counts to whole records (no "
+             "sampling noise; all records of a data set in memory at once) or draw records at "
+             "random (in chunks); default: round with --mechanism, sample from a model "
+             "file")] = None,
     force: Force = False,
 ) -> None:
     """Draw synthetic records from a fitted model, with the original column names and labels;
@@ -70,6 +75,11 @@ def synth(
     With --mechanism, --seed SIMULATES: the selections and the noise come from the seeded JAX
     sampler (not for real releases; default: OpenDP's vetted samplers).
 
+    --sampling round makes the records by rounding expected counts, as Private-PGM does: each
+    attribute's counts within every group of records that share its parents in the model are
+    the floor or ceiling of their expected counts (--mechanism's default); --sampling sample
+    draws every record at random (the default for a model file).
+
     Attributes of the data in no released table are kept, drawn uniformly over their values
     (the maximum-entropy choice given no measurement of them), with a warning naming them.
     """
@@ -77,6 +87,7 @@ def synth(
 
     from ..io import load_model
     from ..synthesis import (
+        SAMPLINGS,
         UnmodelledAttributesWarning,
         iter_synthetic_chunks,
         unmodelled_attributes,
@@ -87,6 +98,8 @@ def synth(
             raise ValueError(f"--records must be a positive integer, got {records}")
         if datasets < 1:
             raise ValueError(f"--datasets must be a positive integer, got {datasets}")
+        if sampling is not None and sampling not in SAMPLINGS:
+            raise ValueError(f"--sampling must be {' or '.join(SAMPLINGS)}, got {sampling!r}")
         if mechanism is not None:
             spend = check_options(mechanism, domain, epsilon, delta, workload, target,
                                   max_model_size, posterior)
@@ -99,7 +112,8 @@ def synth(
             run_mechanism(model, paths, mechanism=mechanism, domain=domain, budget=spend,
                           workload=workload, target=target, max_model_size=max_model_size,
                           records=records, seed=seed, ledger=ledger, total_budget=budget,
-                          drop_unmodelled=drop_unmodelled, force=force)
+                          drop_unmodelled=drop_unmodelled, force=force,
+                          sampling=sampling or "round")
             return
         unused = {"--domain": domain, "--epsilon": epsilon, "--delta": delta,
                   "--workload": workload, "--target": target,
@@ -142,20 +156,22 @@ def synth(
             _warn(f"attribute(s) {free} are in no released table: drawn uniformly over their "
                   "values, independently of the other attributes (the maximum-entropy choice "
                   "given no measurement of them); --drop-unmodelled leaves them out")
-        with _stage(f"sampling {num} records"
+        sampling = sampling or "sample"
+        with _stage(f"{_VERB[sampling]} {num} records"
                     + (f" × {datasets} data sets" if posterior else "")) as status, \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", UnmodelledAttributesWarning)  # said above
             # one chunk of records in memory at a time: drawn, written, dropped
             chunks = iter_synthetic_chunks(saved.model, num, len(paths), rng_key=seed,
                                            categories=saved.categories,
-                                           drop_unmodelled=drop_unmodelled)
+                                           drop_unmodelled=drop_unmodelled,
+                                           sampling=sampling)
             writer = None
             try:
                 for chunk in chunks:
                     if chunk.start == 0:
                         writer = _TableWriter(paths[chunk.dataset])
-                    status(f"sampling {num} records: data set {chunk.dataset + 1} of "
+                    status(f"{_VERB[sampling]} {num} records: data set {chunk.dataset + 1} of "
                            f"{len(paths)}, record {chunk.start + len(chunk.frame)}")
                     writer.write(chunk.frame)
                     width = chunk.frame.shape[1]
@@ -166,10 +182,14 @@ def synth(
                 if writer is not None:
                     writer.discard()
                 raise
-    console.print(f"sampled {len(paths)} data set(s) of {num} records and {width} "
-                  f"columns (seed {seed})", highlight=False)
+    console.print(f"{'rounded' if sampling == 'round' else 'sampled'} {len(paths)} data "
+                  f"set(s) of {num} records and {width} columns (seed {seed})", highlight=False)
     console.print("wrote " + (str(paths[0]) if len(paths) == 1 else f"{paths[0]} … {paths[-1]}"),
                   soft_wrap=True, highlight=False)
+
+
+#: What the progress line says each way of making records is doing.
+_VERB = {"sample": "sampling", "round": "rounding"}
 
 
 def _numbered(path: Path, i: int, m: int) -> Path:

@@ -269,19 +269,12 @@ def sample(
     int array, shape ``(num_samples, num_attrs)``
         Codes in domain order.
     """
-    theta = _as_vector(network, theta)
     tree = build_junction_tree(network, method)
-    upward = _upward(tree, clique_log_potentials(tree, network, theta))
     domain = tree.domain
     out: list[Array | None] = [None] * len(domain)
     keys = jax.random.split(rng_key, len(tree.cliques))
-    for i in tree.order:
-        clique, sep = tree.cliques[i], tree.separators[i]
-        new = tuple(a for a in clique if a not in sep)
-        perm = tuple(clique.index(a) for a in sep + new)
-        # log p(x_new | x_sep): the upward pass leaves it as partial_i − (its log row sums)
-        log_cond = upward.partial[i] - upward.logsums[i]
-        logits = jnp.reshape(jnp.transpose(log_cond, perm), (domain.size(sep), domain.size(new)))
+    for i, logits in zip(tree.order, _conditional_logits(network, theta, method), strict=True):
+        sep, new = tree.separators[i], tree.new_attributes(i)
         if sep:
             row = jnp.ravel_multi_index(
                 tuple(out[domain.index(a)] for a in sep), domain.shape_of(sep), mode="clip")
@@ -292,6 +285,32 @@ def sample(
             for a, v in zip(new, jnp.unravel_index(cell, domain.shape_of(new)), strict=True):
                 out[domain.index(a)] = v
     return jnp.stack(out, axis=-1)
+
+
+def _conditional_logits(network: MarkovNetwork, theta: Array, method: str) -> list[Array]:
+    """``log p(x_new | x_sep)`` of every junction-tree clique, in the tree's order.
+
+    Clique ``C_i`` with separator ``S_i`` and new attributes ``N_i = C_i ∖ S_i``
+    (:meth:`JunctionTree.new_attributes`) gives a table of shape ``(|S_i| cells, |N_i| cells)``,
+    rows and columns raveled in the order of ``S_i`` and of ``N_i``. The upward pass alone
+    provides it (in log space): ``partial_i`` minus its log row sums.
+    """
+    theta = _as_vector(network, theta)
+    tree = build_junction_tree(network, method)
+    upward = _upward(tree, clique_log_potentials(tree, network, theta))
+    domain = tree.domain
+    out = []
+    for i in tree.order:
+        clique, sep, new = tree.cliques[i], tree.separators[i], tree.new_attributes(i)
+        perm = tuple(clique.index(a) for a in sep + new)
+        log_cond = upward.partial[i] - upward.logsums[i]
+        out.append(jnp.reshape(jnp.transpose(log_cond, perm),
+                               (domain.size(sep), domain.size(new))))
+    return out
+
+
+#: :func:`_conditional_logits` compiled once per network and method (for the host's rounding).
+conditional_logits = jax.jit(_conditional_logits, static_argnums=(0, 2))
 
 
 def _inverse_cdf(key: Array, logits: Array, row: Array) -> Array:

@@ -130,6 +130,12 @@ class JunctionTree:
                     changed = True
         return tuple(i for i in self.order if i in alive)
 
+    def new_attributes(self, i: int) -> Clique:
+        """Attributes of clique ``i`` not in its separator (all of the root's), in clique order:
+        those that clique ``i`` adds when records are generated root first."""
+        sep = set(self.separators[i])
+        return tuple(a for a in self.cliques[i] if a not in sep)
+
     def has_running_intersection(self) -> bool:
         """Check that for every attribute the cliques holding it form a connected subtree."""
         g = nx.Graph()

@@ -206,7 +206,10 @@ def aim(
         ``fit_seconds``, ``compile_seconds``, ``compiles``, ``iterations``), ``selected``,
         ``cliques`` (measured, in order), ``measurements`` (ordinary Measurements),
         ``workload``, ``candidates`` (``r -> w_r``), ``sigma0``, ``epsilon0``, ``rho``,
-        ``unspent``, ``ledger``, ``fit``, ``total``, ``costs`` (every refit), ``sampler``.
+        ``unspent``, ``ledger``, ``fit``, ``total``, ``costs`` (every refit), ``sampler``,
+        ``sampling`` (``"round"``: :func:`~numpyro_dpgm.synthesize` rounds this model's
+        expected counts by default, as Private-PGM does; pass ``sampling="sample"`` to draw
+        records instead).
 
     Raises
     ------
@@ -314,5 +317,6 @@ def aim(
         "unspent": max(0.0, rho - rho_used),
         "ledger": ledger,
         "sampler": sampler,
+        "sampling": "round",
     }
     return refit.result(model, start, extras)

@@ -154,7 +154,9 @@ def mst(
         (:class:`Compression` or ``None``), ``rho``, ``sigma`` (``{"one_way": σ₁,
         "cliques": σ₂}``), ``epsilon_selection``, ``ledger``, ``fit`` (the final Prox-PGM
         Result), ``total``, ``costs`` (the final fit's seconds, compile seconds, compiles,
-        iterations), ``seconds`` (per stage), ``sampler``.
+        iterations), ``seconds`` (per stage), ``sampler``, ``sampling``
+        (``"round"``: :func:`~numpyro_dpgm.synthesize` rounds this model's expected counts by
+        default, as Private-PGM does; pass ``sampling="sample"`` to draw records instead).
 
     Raises
     ------
@@ -264,5 +266,6 @@ def mst(
         "ledger": ledger,
         "seconds": seconds,
         "sampler": sampler,
+        "sampling": "round",
     }
     return refit.result(model, start, extras)

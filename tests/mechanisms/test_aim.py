@@ -85,6 +85,7 @@ def test_huge_budget_reproduces_the_workload_exactly(chain_records):
               workload=workload)
     tables = count(chain_records, workload, CHAIN)
     assert workload_error(fit.model, tables) < 1e-4
+    assert fit.extras["sampling"] == "round"  # synthesize's default for this Result
     # a fit per round; only those that add a clique have a new structure (Prox-PGM compiles),
     # and the others spend a small fraction of that compiling (a slice of the loss trace); both
     # are 0 where an earlier test in this process compiled the same programs

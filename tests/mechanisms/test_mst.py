@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from mechanism_data import (
     CHAIN,
@@ -12,7 +13,8 @@ from mechanism_data import (
     refuses,
 )
 
-from numpyro_dpgm import Domain, count
+from numpyro_dpgm import Domain, count, synthesize
+from numpyro_dpgm.inference.rounding import rounding_order
 from numpyro_dpgm.mechanisms import mst
 from numpyro_dpgm.privacy import ZCDP, ApproxDP, PureDP, approx_to_zcdp
 
@@ -66,6 +68,14 @@ def test_huge_budget_finds_the_chain_and_reproduces_its_marginals(chain_records)
     for c in cliques:
         p = np.asarray(tables[c]) / len(chain_records)
         np.testing.assert_allclose(np.asarray(fit.model.marginal(c)), p, atol=1e-5)
+    # its synthetic data are rounded by default: the first attribute's counts within 1 of N·p
+    assert fit.extras["sampling"] == "round"
+    synth = synthesize(fit, len(chain_records), rng_key=0)
+    pd.testing.assert_frame_equal(
+        synth, synthesize(fit, len(chain_records), rng_key=0, sampling="round"))
+    first = rounding_order(fit.model.network)[0][0]
+    expected = len(chain_records) * np.asarray(fit.model.marginal((first,)))
+    assert np.all(np.abs(np.bincount(synth[first], minlength=2) - expected) < 1)
 
 
 def test_compression_merges_rare_values_and_the_model_covers_the_original_domain():
