@@ -24,8 +24,8 @@ import benchmarks  # noqa: E402
 from benchmarks import harness, workloads  # noqa: E402
 from benchmarks.__main__ import main as bench_main  # noqa: E402
 
-NAMES = {"appgm", "bayes", "cgm", "coverage", "em_variants", "gibbs", "mechanisms", "oracle",
-         "scale", "synth_memory"}
+NAMES = {"appgm", "bayes", "cgm", "converge", "coverage", "em_variants", "gibbs", "mechanisms",
+         "oracle", "scale", "synth_memory"}
 SHARED = {"harness", "workloads"}
 
 
@@ -192,3 +192,26 @@ def test_seed002_release_is_the_reproduction_model() -> None:
     assert b == 24 / 2.0
     assert [m.clique for m in meas] == list(net.cliques)
     assert all(m.noise.scale == b for m in meas)
+
+
+def test_converge_verdicts_from_curves() -> None:
+    """The error-against-time verdicts read the curves as stated: the least time to an error,
+    the best error within a time, and the default against mbi's best final error."""
+    from benchmarks import converge
+
+    curve = [(50, 1.0, 0.30), (100, 2.0, 0.20), (150, 3.0, 0.25)]
+    assert converge.time_to_reach(curve, 0.21) == 2.0
+    assert converge.time_to_reach(curve, 0.1) is None
+    assert converge.error_at(curve, 2.5) == 0.20 and converge.error_at(curve, 0.5) is None
+    ours = {"library": "numpyro_dpgm", "contender": "prox_pgm defaults", "l1": 0.204,
+            "seconds": 1.5, "curve": [(25, 0.5, 0.4), (300, 1.5, 0.204)]}
+    slow = {"library": "mbi", "contender": "A", "l1": 0.25, "seconds": 3.0, "curve": curve}
+    best = {"library": "mbi", "contender": "B", "l1": 0.20, "seconds": 2.0,
+            "curve": [(50, 1.0, 0.5), (100, 2.0, 0.20)]}
+    v = converge.verdict([ours, slow, best])
+    assert v["mbi_best"] == "B" and v["error_target_met"] and v["faster_to_target"]
+    assert v["time_to_within_5pct_ours"] == 1.5 and v["time_to_within_5pct_mbi"] == 2.0
+    assert v["mbi_l1_at_our_time"] == 0.5
+    assert converge.verdict([ours]) is None
+    truth = {("a",): np.array([3.0, 1.0])}
+    assert converge.l1_error({("a",): np.array([2.0, 2.0])}, truth, 4.0) == 0.5
