@@ -11,6 +11,7 @@ and ``"auto"`` picks ``"l1"`` for (discrete) Laplace noise and ``"l2"`` for (dis
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -29,6 +30,7 @@ __all__ = [
     "TermData",
     "build_terms",
     "check_measurements",
+    "expected_noise_loss",
     "lipschitz_bound",
     "measurement_loss",
     "measurement_nll",
@@ -87,6 +89,42 @@ def measurement_loss(measurement: Measurement, kind: str = "auto") -> tuple[str,
         scale = noise.scale if isinstance(noise, _LAPLACE_FAMILY) else noise.sigma
         return "l1", 1.0 / scale
     raise ValueError(f"unknown loss {kind!r}; use 'auto', 'l1', 'l2' or a callable")
+
+
+def expected_noise_loss(measurements: Sequence[Measurement], kind: str = "l2") -> float:
+    """``E[L(n)] = Σ_M E[ℓ_M(noise_M)]``: the loss of the true tables, in expectation over the
+    noise, the level of Morozov's discrepancy principle.
+
+    An ``"l2"`` term ``½‖r‖²/σ²`` has expectation ``½`` per answer (``σ²`` the noise variance;
+    for discrete Gaussian noise an upper bound of the variance, so slightly less); an ``"l1"``
+    term ``‖r‖₁/b`` has ``1`` per answer under Laplace noise of scale ``b`` and ``√(2/π)`` under
+    Gaussian noise with ``b = σ`` (the continuous values, close for the discrete variants).
+
+    Parameters
+    ----------
+    measurements : sequence of Measurement
+    kind : {"l2", "l1", "auto"}
+        The loss (:func:`measurement_loss`).
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
+    >>> ms = [Measurement(("a",), [3.0, 1.0], Laplace(2.0)),
+    ...       Measurement(("b",), [1.0, 2.0, 3.0], Gaussian(1.0))]
+    >>> expected_noise_loss(ms), expected_noise_loss(ms, "auto")
+    (2.5, 3.5)
+    """
+    total = 0.0
+    for m in measurements:
+        loss_kind, _ = measurement_loss(m, kind)
+        per_answer = 0.5 if loss_kind == "l2" else (
+            1.0 if isinstance(m.noise, _LAPLACE_FAMILY) else math.sqrt(2.0 / math.pi))
+        total += per_answer * int(np.size(m.values))
+    return total
 
 
 @jax.custom_jvp

@@ -265,9 +265,10 @@ def _switch_smoothing(loss_fn: MarginalLoss, s: ProxPGMState, data: Any,
 
 @partial(jax.jit, static_argnames=("oracle", "loss_fn", "num_l1", "method"))
 def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, state: ProxPGMState, data: Any,
-           total: Array, limit: Array, tol: Array, *, num_l1: int,
+           total: Array, limit: Array, tol: Array, target: Array, *, num_l1: int,
            method: str) -> tuple[ProxPGMState, Array, Array]:
-    """Up to :data:`BLOCK` iterations, until ``t == limit`` or the stopping rule fires.
+    """Up to :data:`BLOCK` iterations, until ``t == limit``, the stopping rule fires or the
+    exact loss is at most ``target``.
 
     Returns the state and the exact loss and objective at the fit after each iteration of the
     block (``NaN`` past the last).
@@ -304,7 +305,8 @@ def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, state: ProxPGMState, d
                                         _STAGE_FRACTION * gap))
         stalled = (t - s.stage_start >= window) & (past - monitored <= thr)
         caught_up = s.objective - s.fx <= thr if accelerated else jnp.ones((), dtype=bool)
-        s = s._replace(t=t, loss=loss, converged=stalled & final & caught_up)
+        s = s._replace(t=t, loss=loss,
+                       converged=(stalled & final & caught_up) | (loss <= target))
         if num_l1:
             s = jax.lax.cond(stalled & ~final,
                              lambda q: _switch_smoothing(loss_fn, q, data, accelerated),
@@ -329,6 +331,7 @@ def mirror_descent(
     tol: float,
     window: int,
     method: str = "md",
+    target: float = -math.inf,
     callback: Callable[[int, float], None] | None = None,
     callback_every: int = 100,
 ) -> tuple[ProxPGMState, np.ndarray, np.ndarray]:
@@ -361,6 +364,9 @@ def mirror_descent(
         Number of iterations the stopping rule looks back over.
     method : {"accelerated", "md"}
         The iteration scheme (module notes).
+    target : float
+        Stop at the first iterate whose exact loss is at most ``target`` (the discrepancy
+        principle; ``-inf``: never).
     callback : callable ``(iteration, loss) -> None``, optional
         Called at the start, every ``callback_every`` iterations and at the end.
     callback_every : int
@@ -375,6 +381,7 @@ def mirror_descent(
     """
     dtype = theta.dtype
     total_arr, tol_arr = jnp.asarray(total, dtype), jnp.asarray(float(tol), dtype)
+    target_arr = jnp.asarray(float(target), dtype)
     state = _init(oracle, loss_fn, theta, data, total_arr,
                   jnp.asarray(_SMOOTH0 if num_l1 else 0.0, dtype),
                   jnp.asarray(0.0 if alpha is None else alpha, dtype),
@@ -387,7 +394,8 @@ def mirror_descent(
     while done < iters and not bool(state.converged):
         limit = min(iters, next_report)
         state, trace, obj_trace = _block(oracle, loss_fn, state, data, total_arr,
-                                         jnp.asarray(limit), tol_arr, num_l1=num_l1,
+                                         jnp.asarray(limit), tol_arr, target_arr,
+                                         num_l1=num_l1,
                                          method=method)
         now = int(state.t)
         traces.append(np.asarray(trace[: now - done]))

@@ -90,7 +90,13 @@ from .contract import (
     resolve_total,
     total_extras,
 )
-from .losses import build_terms, check_measurements, lipschitz_bound, measurement_loss
+from .losses import (
+    build_terms,
+    check_measurements,
+    expected_noise_loss,
+    lipschitz_bound,
+    measurement_loss,
+)
 from .mirror_descent import ARMIJO_C, METHODS, MarginalLoss, ProxPGMState, mirror_descent
 from .naive import fit_mle
 from .result import Result
@@ -112,6 +118,8 @@ Array = Any
 
 #: Default stopping tolerance (relative decrease of the loss over ``window`` iterations).
 DEFAULT_TOL = 1e-10
+#: Values of ``stop``: iterate to the optimum, or to the noise level (discrepancy principle).
+STOP_RULES = ("optimum", "discrepancy")
 
 
 class ProxPGMConvergenceWarning(UserWarning):
@@ -223,6 +231,7 @@ def prox_pgm(
     tol: float = DEFAULT_TOL,
     window: int = 10,
     callback_every: int = 100,
+    stop: str = "optimum",
 ) -> Result:
     """Fit a graphical model to noisy linear measurements of its marginals (Prox-PGM).
 
@@ -284,6 +293,23 @@ def prox_pgm(
         Number of iterations the stopping rule looks back over.
     callback_every : int
         Iterations between two calls of ``callback``.
+    stop : "optimum" or "discrepancy"
+        ``"optimum"`` (default): iterate to the minimiser of ``L`` (the ``tol`` rule).
+        ``"discrepancy"``: Morozov's discrepancy principle on the mirror-descent path, a
+        regularised fit. The path starts from the uniform distribution (the maximum-entropy
+        point; ``init`` when given) with ``method="md"`` unless another is named, and stops at
+        the first iterate whose loss is at most its expected value at the true tables,
+        ``E[L(n)]`` (:func:`~numpyro_dpgm.estimation.losses.expected_noise_loss`: ``½`` per
+        answer for ``"l2"``): the fit explains the measurements as well as the truth does, and
+        no better. Entropic mirror descent stopped early is entropy-regularised, so the fit
+        leans towards maximum entropy instead of fitting the noise. Whether that is closer to
+        the truth depends on the data: on Adult's tree workload with Laplace noise it was
+        (mean L1 on the released marginals 0.080 against the optimum's 0.108 at ε = 1, 0.265
+        against 0.372 at ε = 0.1), on small dense tables of strong interactions it was not
+        (a 4-cycle of 6-cell tables, 500 records, σ = 30: 103 against 94 counts over 20
+        releases); see ``docs/howto/private-pgm.md``. Where ``L`` cannot reach that level the
+        ``tol`` rule ends it at the optimum.
+        ``extras["stopped_by"]`` says which rule ended the fit. Needs a built-in loss.
 
     Returns
     -------
@@ -367,6 +393,11 @@ def prox_pgm(
         raise ValueError(f"callback_every must be a positive integer, got {callback_every!r}")
     if method not in ("auto", *METHODS):
         raise ValueError(f"unknown method {method!r}; use 'auto', 'accelerated' or 'md'")
+    if stop not in STOP_RULES:
+        raise ValueError(f"unknown stop {stop!r}; use 'optimum' or 'discrepancy'")
+    if stop == "discrepancy" and custom is not None:
+        raise ValueError("stop='discrepancy' needs the measurements' noise: use loss='l2', "
+                         "'l1' or 'auto', not a callable")
 
     # -- total -------------------------------------------------------------------------------
     total, estimated = resolve_total(total_count, measurements)
@@ -379,11 +410,12 @@ def prox_pgm(
         data = ()
     the_oracle = resolve_oracle(oracle, network)
     scheme = method if method != "auto" else (
-        "accelerated" if isinstance(the_oracle, ExactOracle) else "md")
+        "accelerated" if isinstance(the_oracle, ExactOracle) and stop == "optimum" else "md")
     dtype = jnp.result_type(float)
     theta0 = resolve_init(init, network)
-    if theta0 is None and custom is None:
+    if theta0 is None and custom is None and stop == "optimum":
         theta0 = noisy_start(network, measurements, total)
+    target = expected_noise_loss(measurements, loss) if stop == "discrepancy" else -math.inf
     theta0 = (jnp.zeros(network.num_params, dtype=dtype) if theta0 is None
               else jnp.asarray(theta0, dtype=dtype))
 
@@ -402,9 +434,12 @@ def prox_pgm(
     # -- iterate (in blocks when reporting progress) ------------------------------------------
     state, trace, objective_trace = mirror_descent(
         the_oracle, loss_fn, theta0, data, total, iters=iters, alpha=alpha0, num_l1=num_l1,
-        tol=tol, window=window, method=scheme, callback=callback, callback_every=callback_every,
+        tol=tol, window=window, method=scheme, target=target, callback=callback,
+        callback_every=callback_every,
     )
     converged = bool(state.converged)
+    stopped_by = ("discrepancy" if converged and float(state.loss) <= target else
+                  "tolerance" if converged else "iteration limit")
     if not converged and tol > 0:
         _warn_not_converged(iters, trace, window)
 
@@ -428,6 +463,8 @@ def prox_pgm(
         "oracle": the_oracle,
         "oracle_state": state.oracle_state,
         "model_fit": model_fit,
+        "stopped_by": stopped_by,
+        "discrepancy_level": target if stop == "discrepancy" else None,
     }
     return Result(
         model=model,
