@@ -90,7 +90,13 @@ from .contract import (
     resolve_total,
     total_extras,
 )
-from .losses import build_terms, check_measurements, lipschitz_bound, measurement_loss
+from .losses import (
+    build_terms,
+    check_measurements,
+    group_terms,
+    lipschitz_bound,
+    measurement_loss,
+)
 from .mirror_descent import ARMIJO_C, METHODS, MarginalLoss, ProxPGMState, mirror_descent
 from .naive import fit_mle
 from .result import Result
@@ -374,9 +380,11 @@ def prox_pgm(
     # -- loss, oracle, start point -----------------------------------------------------------
     kind = "auto" if custom is not None else loss
     terms, data = build_terms(network, measurements, kind)
-    loss_fn = MarginalLoss(network, terms, custom)
-    if custom is not None:
-        data = ()
+    if custom is None:
+        kinds, groups = group_terms(network, terms, data)
+        loss_fn, loop_data = MarginalLoss(kinds), groups
+    else:
+        loss_fn, loop_data, data = MarginalLoss(network=network, custom=custom), (), ()
     the_oracle = resolve_oracle(oracle, network)
     scheme = method if method != "auto" else (
         "accelerated" if isinstance(the_oracle, ExactOracle) else "md")
@@ -401,7 +409,7 @@ def prox_pgm(
 
     # -- iterate (in blocks when reporting progress) ------------------------------------------
     state, trace, objective_trace = mirror_descent(
-        the_oracle, loss_fn, theta0, data, total, iters=iters, alpha=alpha0, num_l1=num_l1,
+        the_oracle, loss_fn, theta0, loop_data, total, iters=iters, alpha=alpha0, num_l1=num_l1,
         tol=tol, window=window, method=scheme, callback=callback, callback_every=callback_every,
     )
     converged = bool(state.converged)
