@@ -6,6 +6,9 @@ the rules and builds the inputs.
 
 * ``"md"``: Algorithm 1 of seed 003, ``θ ← θ − α∇L(μ(θ))``, with Private-PGM's Armijo step sizes
   (accept when ``f(μ) − f(μ') ≥ c·⟨∇f(μ), μ − μ'⟩``, then ``α ← 1.01α``; else halve ``α``).
+  With an oracle that carries a warm-started state (APPGM: a few Convex-GBP sweeps per call)
+  every finite trial is taken and a failed test only halves ``α``, so the messages keep
+  advancing (seed 003's APPGM takes every step, with a fixed ``α``).
 * ``"accelerated"``: Tseng's accelerated Bregman gradient method (the "universal" form with a
   line search, Nesterov 2015; mbi's ``UniversalAcceleratedMethod`` is the same family) with the
   mirror map of the marginal polytope, ``h(μ) = N·A*(μ/N)``: with ``a`` the momentum weight,
@@ -25,8 +28,9 @@ the rules and builds the inputs.
   (its ``u`` is the model); the rule stops only when that point is as good as ``x`` too.
 
 With L1 terms the objective is their Huber smoothing, by continuation (see prox_pgm). Stopping
-rule: a stage ends when the monitored objective (``md``: the iterate's, ``accelerated``: ``x``'s)
-decreased by at most ``tol·max(1, |f|)`` over the last ``window`` iterations.
+rule: a stage ends when the monitored objective (``md``: the iterate's, or the best so far with
+a warm-started oracle; ``accelerated``: ``x``'s) decreased by at most ``tol·max(1, |f|)`` over
+the last ``window`` iterations.
 
 One compiled program per structure: the oracle, the loss terms' kinds, ``window``, ``num_l1``
 and the method are static; values, totals, starting points, iteration limits and tolerances
@@ -199,9 +203,23 @@ def _pick(flag: Array, new: Any, old: Any) -> Any:
     return jax.tree.map(lambda a, b: jnp.where(flag, a, b), new, old)
 
 
+def _warm_marginals(oracle: MarginalOracle) -> bool:
+    """Whether the oracle's marginals depend on the state it starts from, not on ``θ`` alone
+    (its ``stateful_marginals`` attribute; Convex-GBP's few warm-started sweeps)."""
+    return bool(getattr(oracle, "stateful_marginals", False))
+
+
 def _md_step(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, s: ProxPGMState,
              data: Any, total: Array) -> ProxPGMState:
-    """One mirror-descent trial with the Armijo test (one oracle call)."""
+    """One mirror-descent trial with the Armijo test (one oracle call).
+
+    A trial that fails the test is rejected and halves ``α``. With an oracle whose marginals
+    depend on its warm-started state (a few Convex-GBP sweeps per call) a finite trial is taken
+    even then, with ``α`` halved: rejecting it would rerun the same sweeps from the same
+    messages, so once one trial failed every later one would fail too and the fit would stall
+    (as it did at 10⁴ cliques, one sweep per call, after a single step). The monitored
+    objective is then the best one so far.
+    """
     theta_new = s.theta - s.alpha * s.grad
     p_new, log_z_new, ostate_new = apply_oracle(oracle, operands, theta_new, s.oracle_state)
     mu_new = total * p_new
@@ -209,13 +227,16 @@ def _md_step(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, s: Pr
     predicted = jnp.vdot(s.grad, s.mu - mu_new)  # ≥ 0: ∇A is monotone
     accept = (jnp.isfinite(obj_new) & (obj_new <= s.objective)
               & (s.objective - obj_new >= ARMIJO_C * predicted))
+    warm = _warm_marginals(oracle)
+    move = accept | jnp.isfinite(obj_new) if warm else accept
     theta, mu, log_z, ostate, objective, grad = _pick(
-        accept, (theta_new, mu_new, log_z_new, ostate_new, obj_new, grad_new),
+        move, (theta_new, mu_new, log_z_new, ostate_new, obj_new, grad_new),
         (s.theta, s.mu, s.log_z, s.oracle_state, s.objective, s.grad))
     return s._replace(
         theta=theta, mu=mu, log_z=log_z, oracle_state=ostate, objective=objective, grad=grad,
         alpha=jnp.where(accept, _GROW * s.alpha, _SHRINK * s.alpha),
-        rejected=s.rejected + (~accept).astype(s.rejected.dtype), fx=objective,
+        rejected=s.rejected + (~accept).astype(s.rejected.dtype),
+        fx=jnp.minimum(s.fx, objective) if warm else objective,
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import jax.numpy as jnp
 
@@ -61,6 +61,10 @@ class MarginalOracle(Protocol):
         of every network clique, flat in the same layout, each table summing to 1. ``log_z``:
         the log-partition function (or its approximation). ``state``: the state to warm-start
         the next call from. Pure and traceable under ``jit``.
+
+    Optional: ``operands()`` and ``apply(operands, theta, state)`` (see
+    :func:`oracle_operands`), and ``stateful_marginals = True`` for an oracle whose marginals
+    depend on the state it starts from (mirror descent then takes every finite step).
     """
 
     network: MarkovNetwork
@@ -135,6 +139,11 @@ class ConvexGBPOracle:
     minimal : bool
         Prune redundant edges of the saturated graph.
     """
+
+    #: The marginals returned depend on the messages the call starts from, not on ``θ`` alone
+    #: (``iters`` sweeps from them): mirror descent takes every finite step, so that the
+    #: messages keep advancing, and uses its line search only to adapt the step size.
+    stateful_marginals: ClassVar[bool] = True
 
     network: MarkovNetwork
     kind: str = "saturated"
