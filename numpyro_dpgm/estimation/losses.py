@@ -104,10 +104,22 @@ def _abs_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Arra
     return jnp.abs(x), jnp.sign(x) * t
 
 
-def _smallest_containing(network: MarkovNetwork, clique: Clique) -> int | None:
-    s = set(clique)
-    holders = [i for i, c in enumerate(network.cliques) if s <= set(c)]
-    return min(holders, key=lambda i: (network.sizes[i], i)) if holders else None
+def _smallest_containing(
+    network: MarkovNetwork, clique: Clique, holders: dict[str, set[int]]
+) -> int | None:
+    """The smallest network clique containing ``clique`` (``holders``: attribute -> cliques)."""
+    every = set(range(len(network.cliques)))
+    found = set.intersection(every, *(holders.get(a, set()) for a in clique))
+    return min(found, key=lambda i: (network.sizes[i], i)) if found else None
+
+
+def _holders(network: MarkovNetwork) -> dict[str, set[int]]:
+    """The network cliques holding each attribute."""
+    out: dict[str, set[int]] = {}
+    for i, c in enumerate(network.cliques):
+        for a in c:
+            out.setdefault(a, set()).add(i)
+    return out
 
 
 def check_measurements(measurements: Any, domain: Domain) -> tuple[Measurement, ...]:
@@ -139,8 +151,9 @@ def build_terms(
     network: MarkovNetwork, measurements: Sequence[Measurement], kind: str
 ) -> tuple[tuple[LossTerm, ...], tuple[TermData, ...]]:
     terms, data = [], []
+    holders = _holders(network)
     for k, m in enumerate(measurements):
-        slot = _smallest_containing(network, m.clique)
+        slot = _smallest_containing(network, m.clique, holders)
         if slot is None:
             raise ValueError(
                 f"measurement {k} of {m.clique} is not contained in any clique of the network "

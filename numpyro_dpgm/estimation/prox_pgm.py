@@ -170,13 +170,15 @@ def noisy_start(network: MarkovNetwork, measurements: Sequence[Measurement],
     maximum-entropy solution); only the way there is shorter, which matters when the noise is
     small and the optimum is far from uniform.
     """
-    sets = [frozenset(c) for c in network.cliques]
+    sets: dict[frozenset[str], int] = {}
+    for i, c in enumerate(network.cliques):
+        sets.setdefault(frozenset(c), i)
     sums: dict[int, np.ndarray] = {}
     weights: dict[int, float] = {}
     for m in measurements:
         if m.query is not None or frozenset(m.clique) not in sets:
             continue
-        slot = sets.index(frozenset(m.clique))
+        slot = sets[frozenset(m.clique)]
         clique = network.cliques[slot]
         table = np.asarray(project_table(
             np.asarray(m.values, dtype=float).reshape(network.domain.shape_of(m.clique)),

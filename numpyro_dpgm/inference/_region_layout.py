@@ -69,9 +69,16 @@ def _projection_index(domain: Domain, parent: Clique, child: Clique) -> np.ndarr
 
 def _pad_rows(blocks: Sequence[np.ndarray], fill: float) -> np.ndarray:
     """Stack row blocks ``(n_j, w_j)`` into one ``(Σ n_j, max w_j)`` matrix padded with ``fill``."""
-    width = max((b.shape[1] for b in blocks), default=0)
-    out = [np.pad(b, ((0, 0), (0, width - b.shape[1])), constant_values=fill) for b in blocks]
-    return np.concatenate(out) if out else np.zeros((0, 0))
+    if not blocks:
+        return np.zeros((0, 0))
+    width = max(b.shape[1] for b in blocks)
+    out = np.full((sum(b.shape[0] for b in blocks), width), fill,
+                  dtype=np.result_type(*blocks))
+    row = 0
+    for b in blocks:
+        out[row:row + b.shape[0], :b.shape[1]] = b
+        row += b.shape[0]
+    return out
 
 
 #: Padding budget: adjacent width buckets are merged while the merged index matrix stays below
