@@ -17,7 +17,32 @@ import numpy as np
 
 from .domain import Clique
 
-__all__ = ["CliqueTables", "project_table"]
+__all__ = ["CliqueTables", "project_table", "projection_index"]
+
+
+def projection_index(shape: tuple[int, ...], clique: Clique, target: Clique) -> np.ndarray:
+    """For each cell of ``clique``'s table (C order), the cell of ``target``'s table it sums into.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The shape of ``clique``'s table (one axis per attribute, in ``clique``'s order).
+    clique, target : tuple of str
+        ``target`` (any order) must be a subset of ``clique``.
+
+    Returns
+    -------
+    numpy int array of shape ``(prod(shape),)``
+        Raveled (C order) positions in the table of :func:`project_table`'s result.
+
+    Examples
+    --------
+    >>> projection_index((2, 3), ("a", "b"), ("b",)).tolist()
+    [0, 1, 2, 0, 1, 2]
+    """
+    coords = np.indices(shape).reshape(len(shape), -1)
+    rows = [clique.index(a) for a in target]
+    return np.ravel_multi_index(tuple(coords[rows]), tuple(shape[r] for r in rows))
 
 
 def project_table(table: Any, clique: Clique, target: Clique, log: bool = False) -> Any:

@@ -23,14 +23,17 @@ from ..domain import Clique, Domain
 from ..inference import junction_tree as jt
 from ..measurements import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Measurement
 from ..network import MarkovNetwork
-from ..tables import project_table
+from ..tables import project_table, projection_index
 
 __all__ = [
     "LossTerm",
     "TermData",
+    "TermGroup",
     "build_terms",
     "check_measurements",
     "expected_noise_loss",
+    "group_terms",
+    "grouped_loss",
     "lipschitz_bound",
     "measurement_loss",
     "measurement_nll",
@@ -139,10 +142,22 @@ def _abs_jvp(primals: tuple[Array], tangents: tuple[Array]) -> tuple[Array, Arra
     return jnp.abs(x), jnp.sign(x) * t
 
 
-def _smallest_containing(network: MarkovNetwork, clique: Clique) -> int | None:
-    s = set(clique)
-    holders = [i for i, c in enumerate(network.cliques) if s <= set(c)]
-    return min(holders, key=lambda i: (network.sizes[i], i)) if holders else None
+def _smallest_containing(
+    network: MarkovNetwork, clique: Clique, holders: dict[str, set[int]]
+) -> int | None:
+    """The smallest network clique containing ``clique`` (``holders``: attribute -> cliques)."""
+    every = set(range(len(network.cliques)))
+    found = set.intersection(every, *(holders.get(a, set()) for a in clique))
+    return min(found, key=lambda i: (network.sizes[i], i)) if found else None
+
+
+def _holders(network: MarkovNetwork) -> dict[str, set[int]]:
+    """The network cliques holding each attribute."""
+    out: dict[str, set[int]] = {}
+    for i, c in enumerate(network.cliques):
+        for a in c:
+            out.setdefault(a, set()).add(i)
+    return out
 
 
 def check_measurements(measurements: Any, domain: Domain) -> tuple[Measurement, ...]:
@@ -174,8 +189,9 @@ def build_terms(
     network: MarkovNetwork, measurements: Sequence[Measurement], kind: str
 ) -> tuple[tuple[LossTerm, ...], tuple[TermData, ...]]:
     terms, data = [], []
+    holders = _holders(network)
     for k, m in enumerate(measurements):
-        slot = _smallest_containing(network, m.clique)
+        slot = _smallest_containing(network, m.clique, holders)
         if slot is None:
             raise ValueError(
                 f"measurement {k} of {m.clique} is not contained in any clique of the network "
@@ -220,6 +236,82 @@ def terms_loss(
             a = _abs(r)
             huber = jnp.where(a <= delta, 0.5 * r * r / delta, a - 0.5 * delta)
             total = total + d.weight * jnp.sum(jnp.where(smooth > 0, huber, a))
+    return total
+
+
+class TermGroup(NamedTuple):
+    """The array data of loss terms of one kind and shape, stacked (a pytree).
+
+    ``T`` terms, each reading ``c`` cells of its measured table, each the sum of ``f`` cells
+    of the flat marginals (``f`` = the network clique's cells over the measured clique's),
+    with ``k`` answers (``k = c`` without a query).
+    """
+
+    index: Array  # (T, c, f) int32: positions in the flat marginals summed into each cell
+    values: Array  # (T, k)
+    query: Array | None  # (T, k, c), or None for identity queries
+    weight: Array  # (T,): 1/σ² (l2) or 1/b (l1)
+
+
+def group_terms(
+    network: MarkovNetwork, terms: tuple[LossTerm, ...], data: tuple[TermData, ...]
+) -> tuple[tuple[str, ...], tuple[TermGroup, ...]]:
+    """Stack the loss terms into groups of one kind and shape (for :func:`grouped_loss`).
+
+    The loss is then a fixed number of array operations, one set per group, however many
+    measurements there are, and its index arrays are data (a pytree), not constants.
+
+    Returns
+    -------
+    kinds : tuple of str
+        ``"l1"`` or ``"l2"`` per group (static).
+    groups : tuple of TermGroup
+        The groups' data, in order of first appearance.
+    """
+    index_of: dict[tuple[int, Clique], np.ndarray] = {}
+    parts: dict[tuple[Any, ...], list[tuple[np.ndarray, TermData]]] = {}
+    for term, d in zip(terms, data, strict=True):
+        key = (term.slot, term.clique)
+        if key not in index_of:
+            proj = projection_index(network.shapes[term.slot], network.cliques[term.slot],
+                                    term.clique)
+            cells = network.domain.size(term.clique)
+            index_of[key] = (network.offsets[term.slot]
+                             + np.argsort(proj, kind="stable").reshape(cells, -1))
+        idx = index_of[key]
+        shape_q = None if d.query is None else tuple(np.shape(d.query))
+        parts.setdefault((term.kind, idx.shape, shape_q), []).append((idx, d))
+    kinds, groups = [], []
+    for (kind, _, shape_q), members in parts.items():
+        kinds.append(kind)
+        groups.append(TermGroup(
+            jnp.asarray(np.stack([i for i, _ in members]).astype(np.int32)),
+            jnp.asarray(np.stack([np.asarray(d.values) for _, d in members])),
+            None if shape_q is None else jnp.asarray(np.stack([np.asarray(d.query)
+                                                               for _, d in members])),
+            jnp.asarray(np.asarray([float(d.weight) for _, d in members])),
+        ))
+    return tuple(kinds), tuple(groups)
+
+
+def grouped_loss(
+    kinds: tuple[str, ...], mu: Array, groups: tuple[TermGroup, ...], smooth: Array
+) -> Array:
+    """:func:`terms_loss` of the groups of :func:`group_terms` (equal up to rounding)."""
+    total = jnp.zeros((), dtype=mu.dtype)
+    for kind, g in zip(kinds, groups, strict=True):
+        pred = jnp.sum(mu.at[g.index].get(mode="promise_in_bounds"), axis=-1)
+        if g.query is not None:
+            pred = jnp.einsum("tkc,tc->tk", g.query, pred)
+        r = pred - g.values
+        w = g.weight.astype(mu.dtype)[:, None]
+        if kind == "l2":
+            total = total + 0.5 * jnp.sum(w * r * r)
+        else:
+            delta = jnp.where(smooth > 0, smooth / w, 1.0)
+            a = _abs(r)
+            huber = jnp.where(a <= delta, 0.5 * r * r / delta, a - 0.5 * delta)
+            total = total + jnp.sum(w * jnp.where(smooth > 0, huber, a))
     return total
 
 

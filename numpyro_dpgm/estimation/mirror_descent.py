@@ -6,6 +6,9 @@ the rules and builds the inputs.
 
 * ``"md"``: Algorithm 1 of seed 003, ``θ ← θ − α∇L(μ(θ))``, with Private-PGM's Armijo step sizes
   (accept when ``f(μ) − f(μ') ≥ c·⟨∇f(μ), μ − μ'⟩``, then ``α ← 1.01α``; else halve ``α``).
+  With an oracle that carries a warm-started state (APPGM: a few Convex-GBP sweeps per call)
+  every finite trial is taken and a failed test only halves ``α``, so the messages keep
+  advancing (seed 003's APPGM takes every step, with a fixed ``α``).
 * ``"accelerated"``: Tseng's accelerated Bregman gradient method (the "universal" form with a
   line search, Nesterov 2015; mbi's ``UniversalAcceleratedMethod`` is the same family) with the
   mirror map of the marginal polytope, ``h(μ) = N·A*(μ/N)``: with ``a`` the momentum weight,
@@ -25,13 +28,16 @@ the rules and builds the inputs.
   (its ``u`` is the model); the rule stops only when that point is as good as ``x`` too.
 
 With L1 terms the objective is their Huber smoothing, by continuation (see prox_pgm). Stopping
-rule: a stage ends when the monitored objective (``md``: the iterate's, ``accelerated``: ``x``'s)
-decreased by at most ``tol·max(1, |f|)`` over the last ``window`` iterations.
+rule: a stage ends when the monitored objective (``md``: the iterate's, or the best so far with
+a warm-started oracle; ``accelerated``: ``x``'s) decreased by at most ``tol·max(1, |f|)`` over
+the last ``window`` iterations.
 
-One compiled program per structure: the oracle, the loss's structure, ``window``, ``num_l1``
+One compiled program per structure: the oracle, the loss terms' kinds, ``window``, ``num_l1``
 and the method are static; values, totals, starting points, iteration limits and tolerances
-are traced. The loop runs in blocks of :data:`BLOCK` iterations (fixed trace buffers), so the
-iteration limit never changes a shape.
+are traced, and so are the loss's stacked index arrays and the oracle's array operands
+(:func:`~numpyro_dpgm.inference.oracles.oracle_operands`: Convex-GBP's index tables), which are
+thus data of the program, not constants compiled into it. The loop runs in blocks of
+:data:`BLOCK` iterations (fixed trace buffers), so the iteration limit never changes a shape.
 """
 
 from __future__ import annotations
@@ -46,10 +52,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..inference.oracles import MarginalOracle
+from ..inference.oracles import MarginalOracle, apply_oracle, oracle_operands
 from ..network import MarkovNetwork
 from ..tables import CliqueTables
-from .losses import LossTerm, terms_loss
+from .losses import grouped_loss
 
 __all__ = ["ARMIJO_C", "BLOCK", "METHODS", "MarginalLoss", "ProxPGMState", "mirror_descent"]
 
@@ -129,15 +135,21 @@ class ProxPGMState(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class MarginalLoss:
-    """The objective as a function of flat count-scale marginals (hashable: static under jit)."""
+    """The objective as a function of flat count-scale marginals (hashable: static under jit).
 
-    network: MarkovNetwork
-    terms: tuple[LossTerm, ...]
+    Either the measurements' loss, from the groups of
+    :func:`~numpyro_dpgm.estimation.losses.group_terms` (``kinds`` static, the groups are the
+    ``data``), or ``custom`` of the network's tables (``data`` unused). The static part names
+    no clique, so the loss of other measurements with groups of the same shapes compiles once.
+    """
+
+    kinds: tuple[str, ...] = ()
+    network: MarkovNetwork | None = None
     custom: Callable[[CliqueTables], Array] | None = None
 
     def __call__(self, mu: Array, data: Any, smooth: Array) -> Array:
         if self.custom is None:
-            return terms_loss(self.network, self.terms, mu, data, smooth)
+            return grouped_loss(self.kinds, mu, data, smooth)
         return jnp.asarray(self.custom(self.network.unflatten(mu)))
 
 
@@ -167,10 +179,11 @@ def _initial_step(loss_fn: MarginalLoss, mu: Array, grad: Array, data: Any,
 
 
 @partial(jax.jit, static_argnames=("oracle", "loss_fn", "window", "auto_step"))
-def _init(oracle: MarginalOracle, loss_fn: MarginalLoss, theta: Array, data: Any, total: Array,
-          smooth: Array, alpha: Array, *, window: int, auto_step: bool) -> ProxPGMState:
+def _init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: Array, data: Any,
+          total: Array, smooth: Array, alpha: Array, *, window: int,
+          auto_step: bool) -> ProxPGMState:
     """The state at ``theta`` (one oracle call), with ``alpha`` or the curvature step."""
-    p, log_z, ostate = oracle(theta, oracle.init_state())
+    p, log_z, ostate = apply_oracle(oracle, operands, theta, oracle.init_state())
     mu = total * p
     objective, grad = jax.value_and_grad(loss_fn)(mu, data, smooth)
     loss = loss_fn(mu, data, jnp.zeros_like(smooth))
@@ -190,35 +203,52 @@ def _pick(flag: Array, new: Any, old: Any) -> Any:
     return jax.tree.map(lambda a, b: jnp.where(flag, a, b), new, old)
 
 
-def _md_step(oracle: MarginalOracle, loss_fn: MarginalLoss, s: ProxPGMState, data: Any,
-             total: Array) -> ProxPGMState:
-    """One mirror-descent trial with the Armijo test (one oracle call)."""
+def _warm_marginals(oracle: MarginalOracle) -> bool:
+    """Whether the oracle's marginals depend on the state it starts from, not on ``θ`` alone
+    (its ``stateful_marginals`` attribute; Convex-GBP's few warm-started sweeps)."""
+    return bool(getattr(oracle, "stateful_marginals", False))
+
+
+def _md_step(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, s: ProxPGMState,
+             data: Any, total: Array) -> ProxPGMState:
+    """One mirror-descent trial with the Armijo test (one oracle call).
+
+    A trial that fails the test is rejected and halves ``α``. With an oracle whose marginals
+    depend on its warm-started state (a few Convex-GBP sweeps per call) a finite trial is taken
+    even then, with ``α`` halved: rejecting it would rerun the same sweeps from the same
+    messages, so once one trial failed every later one would fail too and the fit would stall
+    (as it did at 10⁴ cliques, one sweep per call, after a single step). The monitored
+    objective is then the best one so far.
+    """
     theta_new = s.theta - s.alpha * s.grad
-    p_new, log_z_new, ostate_new = oracle(theta_new, s.oracle_state)
+    p_new, log_z_new, ostate_new = apply_oracle(oracle, operands, theta_new, s.oracle_state)
     mu_new = total * p_new
     obj_new, grad_new = jax.value_and_grad(loss_fn)(mu_new, data, s.smooth)
     predicted = jnp.vdot(s.grad, s.mu - mu_new)  # ≥ 0: ∇A is monotone
     accept = (jnp.isfinite(obj_new) & (obj_new <= s.objective)
               & (s.objective - obj_new >= ARMIJO_C * predicted))
+    warm = _warm_marginals(oracle)
+    move = accept | jnp.isfinite(obj_new) if warm else accept
     theta, mu, log_z, ostate, objective, grad = _pick(
-        accept, (theta_new, mu_new, log_z_new, ostate_new, obj_new, grad_new),
+        move, (theta_new, mu_new, log_z_new, ostate_new, obj_new, grad_new),
         (s.theta, s.mu, s.log_z, s.oracle_state, s.objective, s.grad))
     return s._replace(
         theta=theta, mu=mu, log_z=log_z, oracle_state=ostate, objective=objective, grad=grad,
         alpha=jnp.where(accept, _GROW * s.alpha, _SHRINK * s.alpha),
-        rejected=s.rejected + (~accept).astype(s.rejected.dtype), fx=objective,
+        rejected=s.rejected + (~accept).astype(s.rejected.dtype),
+        fx=jnp.minimum(s.fx, objective) if warm else objective,
     )
 
 
-def _accelerated_step(oracle: MarginalOracle, loss_fn: MarginalLoss, s: ProxPGMState, data: Any,
-                      total: Array) -> ProxPGMState:
+def _accelerated_step(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any,
+                      s: ProxPGMState, data: Any, total: Array) -> ProxPGMState:
     """One trial of the accelerated Bregman method with its line search (one oracle call)."""
     ratio = s.alpha_prev / (s.alpha * jnp.maximum(s.momentum, 1e-300) ** 2)
     a = jnp.where(s.momentum < 0, 1.0, 2.0 / (1.0 + jnp.sqrt(1.0 + 4.0 * ratio)))
     y = (1.0 - a) * s.x + a * s.z
     fy, g = jax.value_and_grad(loss_fn)(y, data, s.smooth)
     u_new = s.u - (s.alpha / a) * g
-    p_new, lz_new, zstate_new = oracle(u_new, s.z_state)
+    p_new, lz_new, zstate_new = apply_oracle(oracle, operands, u_new, s.z_state)
     z_new = total * p_new
     x_hat = (1.0 - a) * s.x + a * z_new
     f_hat = loss_fn(x_hat, data, s.smooth)
@@ -264,8 +294,8 @@ def _switch_smoothing(loss_fn: MarginalLoss, s: ProxPGMState, data: Any,
 
 
 @partial(jax.jit, static_argnames=("oracle", "loss_fn", "num_l1", "method"))
-def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, state: ProxPGMState, data: Any,
-           total: Array, limit: Array, tol: Array, target: Array, *, num_l1: int,
+def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, state: ProxPGMState,
+           data: Any, total: Array, limit: Array, tol: Array, target: Array, *, num_l1: int,
            method: str) -> tuple[ProxPGMState, Array, Array]:
     """Up to :data:`BLOCK` iterations, until ``t == limit``, the stopping rule fires or the
     exact loss is at most ``target``.
@@ -286,7 +316,7 @@ def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, state: ProxPGMState, d
     def body(carry: tuple[ProxPGMState, Array, Array]) -> tuple[ProxPGMState, Array, Array]:
         s, trace, obj_trace = carry
         step = _accelerated_step if accelerated else _md_step
-        s = step(oracle, loss_fn, s, data, total)
+        s = step(oracle, loss_fn, operands, s, data, total)
         t = s.t + 1
         if num_l1:
             loss = loss_fn(s.mu, data, jnp.zeros_like(s.smooth))
@@ -382,7 +412,8 @@ def mirror_descent(
     dtype = theta.dtype
     total_arr, tol_arr = jnp.asarray(total, dtype), jnp.asarray(float(tol), dtype)
     target_arr = jnp.asarray(float(target), dtype)
-    state = _init(oracle, loss_fn, theta, data, total_arr,
+    operands = oracle_operands(oracle)
+    state = _init(oracle, loss_fn, operands, theta, data, total_arr,
                   jnp.asarray(_SMOOTH0 if num_l1 else 0.0, dtype),
                   jnp.asarray(0.0 if alpha is None else alpha, dtype),
                   window=int(window), auto_step=alpha is None)
@@ -393,7 +424,7 @@ def mirror_descent(
     done = 0
     while done < iters and not bool(state.converged):
         limit = min(iters, next_report)
-        state, trace, obj_trace = _block(oracle, loss_fn, state, data, total_arr,
+        state, trace, obj_trace = _block(oracle, loss_fn, operands, state, data, total_arr,
                                          jnp.asarray(limit), tol_arr, target_arr,
                                          num_l1=num_l1,
                                          method=method)

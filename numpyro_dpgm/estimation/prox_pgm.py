@@ -94,6 +94,7 @@ from .losses import (
     build_terms,
     check_measurements,
     expected_noise_loss,
+    group_terms,
     lipschitz_bound,
     measurement_loss,
 )
@@ -172,13 +173,15 @@ def noisy_start(network: MarkovNetwork, measurements: Sequence[Measurement],
     maximum-entropy solution); only the way there is shorter, which matters when the noise is
     small and the optimum is far from uniform.
     """
-    sets = [frozenset(c) for c in network.cliques]
+    sets: dict[frozenset[str], int] = {}
+    for i, c in enumerate(network.cliques):
+        sets.setdefault(frozenset(c), i)
     sums: dict[int, np.ndarray] = {}
     weights: dict[int, float] = {}
     for m in measurements:
         if m.query is not None or frozenset(m.clique) not in sets:
             continue
-        slot = sets.index(frozenset(m.clique))
+        slot = sets[frozenset(m.clique)]
         clique = network.cliques[slot]
         table = np.asarray(project_table(
             np.asarray(m.values, dtype=float).reshape(network.domain.shape_of(m.clique)),
@@ -405,9 +408,11 @@ def prox_pgm(
     # -- loss, oracle, start point -----------------------------------------------------------
     kind = "auto" if custom is not None else loss
     terms, data = build_terms(network, measurements, kind)
-    loss_fn = MarginalLoss(network, terms, custom)
-    if custom is not None:
-        data = ()
+    if custom is None:
+        kinds, groups = group_terms(network, terms, data)
+        loss_fn, loop_data = MarginalLoss(kinds), groups
+    else:
+        loss_fn, loop_data, data = MarginalLoss(network=network, custom=custom), (), ()
     the_oracle = resolve_oracle(oracle, network)
     scheme = method if method != "auto" else (
         "accelerated" if isinstance(the_oracle, ExactOracle) and stop == "optimum" else "md")
@@ -433,7 +438,7 @@ def prox_pgm(
 
     # -- iterate (in blocks when reporting progress) ------------------------------------------
     state, trace, objective_trace = mirror_descent(
-        the_oracle, loss_fn, theta0, data, total, iters=iters, alpha=alpha0, num_l1=num_l1,
+        the_oracle, loss_fn, theta0, loop_data, total, iters=iters, alpha=alpha0, num_l1=num_l1,
         tol=tol, window=window, method=scheme, target=target, callback=callback,
         callback_every=callback_every,
     )

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..domain import Clique, Domain
+from ..tables import projection_index
 from .region_graph import RegionGraph, _bucket
 
 Array = Any
@@ -63,17 +64,21 @@ class _Layout(NamedTuple):
 
 def _projection_index(domain: Domain, parent: Clique, child: Clique) -> np.ndarray:
     """For each cell of ``parent``'s table (C order), the cell of ``child``'s table it sums into."""
-    shape = domain.shape_of(parent)
-    coords = np.indices(shape).reshape(len(shape), -1)
-    rows = [parent.index(a) for a in child]
-    return np.ravel_multi_index(tuple(coords[rows]), domain.shape_of(child))
+    return projection_index(domain.shape_of(parent), parent, child)
 
 
 def _pad_rows(blocks: Sequence[np.ndarray], fill: float) -> np.ndarray:
     """Stack row blocks ``(n_j, w_j)`` into one ``(Σ n_j, max w_j)`` matrix padded with ``fill``."""
-    width = max((b.shape[1] for b in blocks), default=0)
-    out = [np.pad(b, ((0, 0), (0, width - b.shape[1])), constant_values=fill) for b in blocks]
-    return np.concatenate(out) if out else np.zeros((0, 0))
+    if not blocks:
+        return np.zeros((0, 0))
+    width = max(b.shape[1] for b in blocks)
+    out = np.full((sum(b.shape[0] for b in blocks), width), fill,
+                  dtype=np.result_type(*blocks))
+    row = 0
+    for b in blocks:
+        out[row:row + b.shape[0], :b.shape[1]] = b
+        row += b.shape[0]
+    return out
 
 
 #: Padding budget: adjacent width buckets are merged while the merged index matrix stays below
@@ -133,11 +138,7 @@ def _host_layout(rg: RegionGraph) -> dict[str, Any]:
     theta_src = np.full(num_cells, net.num_params, dtype=np.int64)
     param_dst = np.zeros(net.num_params, dtype=np.int64)
     for c, off, i in zip(net.cliques, net.offsets, rg.clique_region, strict=True):
-        region = rg.regions[i]
-        shape = domain.shape_of(region)
-        coords = np.indices(shape).reshape(len(shape), -1)
-        params = off + np.ravel_multi_index(tuple(coords[[region.index(a) for a in c]]),
-                                            domain.shape_of(c))
+        params = off + _projection_index(domain, rg.regions[i], c)
         cells = cell_off[i] + np.arange(sizes[i])
         theta_src[cells] = params
         param_dst[params] = cells

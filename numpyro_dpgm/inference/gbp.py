@@ -355,13 +355,21 @@ def _call(
     total: Any,
     schedule: str,
     tol: Any,
+    layout: _Layout | None = None,
 ) -> _Solved:
+    """Check the arguments and run :func:`_solve`.
+
+    ``layout`` is ``rg``'s index arrays (``_device_layout(rg)``); passed in, possibly as traced
+    values of an enclosing compiled loop, they are data of the program rather than constants
+    baked into it. ``None`` takes the cached device copy.
+    """
     _prepare(rg, state, iters, damping, schedule)
     dtype = _float_dtype(log_potentials)
     if state is None:
         state = init_state(rg, dtype)
     return _solve(
-        rg, _device_layout(rg), log_potentials, state, jnp.asarray(iters, jnp.int32),
+        rg, _device_layout(rg) if layout is None else layout, log_potentials, state,
+        jnp.asarray(iters, jnp.int32),
         jnp.asarray(damping, dtype), jnp.asarray(total, dtype),
         jnp.asarray(schedule == "parallel"),
         jnp.asarray(-jnp.inf if tol is None else tol, dtype))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import jax.numpy as jnp
 
@@ -24,6 +24,7 @@ from ..network import MarkovNetwork
 from ..tables import project_table
 from . import calibration
 from . import junction_tree as jt
+from ._region_layout import _device_layout
 from .gbp import GBPState, _call, _validate_run_args, init_state
 from .region_graph import RegionGraph, build_region_graph
 from .triangulation import DEFAULT_METHOD, check_method
@@ -33,6 +34,8 @@ __all__ = [
     "ConvexGBPOracle",
     "ExactOracle",
     "MarginalOracle",
+    "apply_oracle",
+    "oracle_operands",
     "resolve_oracle",
 ]
 
@@ -59,6 +62,10 @@ class MarginalOracle(Protocol):
         of every network clique, flat in the same layout, each table summing to 1. ``log_z``:
         the log-partition function (or its approximation). ``state``: the state to warm-start
         the next call from. Pure and traceable under ``jit``.
+
+    Optional: ``operands()`` and ``apply(operands, theta, state)`` (see
+    :func:`oracle_operands`), and ``stateful_marginals = True`` for an oracle whose marginals
+    depend on the state it starts from (mirror descent then takes every finite step).
     """
 
     network: MarkovNetwork
@@ -132,6 +139,11 @@ class ConvexGBPOracle:
         Prune redundant edges of the saturated graph.
     """
 
+    #: The marginals returned depend on the messages the call starts from, not on ``θ`` alone
+    #: (``iters`` sweeps from them): mirror descent takes every finite step, so that the
+    #: messages keep advancing, and uses its line search only to adapt the step size.
+    stateful_marginals: ClassVar[bool] = True
+
     network: MarkovNetwork
     kind: str = "saturated"
     counting: Any = "convex"
@@ -158,13 +170,57 @@ class ConvexGBPOracle:
         """Algorithm 2's zero messages."""
         return init_state(self.region_graph)
 
+    def operands(self) -> Any:
+        """The region graph's index arrays (a pytree of device arrays, built once and cached).
+
+        A compiled loop takes them as arguments and hands them back to :meth:`apply`, so that
+        they are data of the program, not constants compiled into it.
+        """
+        return _device_layout(self.region_graph)
+
+    def apply(
+        self, operands: Any, theta: Array, state: GBPState | None = None
+    ) -> tuple[Array, Array, GBPState]:
+        """:meth:`__call__` with the index arrays ``operands`` (:meth:`operands`) given."""
+        out = _call(self.region_graph, jnp.asarray(theta), state, self.iters, self.damping, 1.0,
+                    self.schedule, None, layout=operands)
+        return out.cliques, out.log_z, out.state
+
     def __call__(
         self, theta: Array, state: GBPState | None = None
     ) -> tuple[Array, Array, GBPState]:
         """One oracle call: ``iters`` warm-started sweeps from ``state`` (zero messages if None)."""
-        out = _call(self.region_graph, jnp.asarray(theta), state, self.iters, self.damping, 1.0,
-                    self.schedule, None)
-        return out.cliques, out.log_z, out.state
+        return self.apply(None, theta, state)
+
+
+def oracle_operands(oracle: MarginalOracle) -> Any:
+    """The arrays an oracle computes with, to be passed into a compiled loop (``()`` if none).
+
+    An oracle may split itself into static structure (the hashable oracle) and array operands:
+    ``oracle.operands()`` returns them and ``oracle.apply(operands, theta, state)`` is
+    ``oracle(theta, state)`` computed with them. A loop compiled with the oracle static passes
+    the operands as arguments, so they are not compiled into the program as constants (for
+    Convex-GBP: the region graph's index tables, tens of megabytes at 10³ regions).
+
+    Parameters
+    ----------
+    oracle : MarginalOracle
+
+    Returns
+    -------
+    pytree
+        ``oracle.operands()``, or ``()`` for an oracle without that method.
+    """
+    get = getattr(oracle, "operands", None)
+    return () if get is None else get()
+
+
+def apply_oracle(
+    oracle: MarginalOracle, operands: Any, theta: Array, state: Any
+) -> tuple[Array, Array, Any]:
+    """``oracle(theta, state)`` computed with ``operands`` (from :func:`oracle_operands`)."""
+    apply = getattr(oracle, "apply", None)
+    return oracle(theta, state) if apply is None else apply(operands, theta, state)
 
 
 #: Oracles selectable by name, ``name -> factory(network) -> MarginalOracle``: ``"exact"``

@@ -252,17 +252,30 @@ def _sort_key(domain: Domain) -> Any:
 
 
 def _closure(sets: Iterable[frozenset[str]]) -> set[frozenset[str]]:
-    """Close a family of sets under non-empty pairwise intersection."""
-    regions = set(sets)
-    frontier = set(regions)
+    """Close a family of sets under non-empty pairwise intersection.
+
+    Each new set is intersected only with the sets that share an attribute with it (found
+    through an index attribute -> sets), not with every set.
+    """
+    regions: set[frozenset[str]] = set()
+    holders: dict[str, set[frozenset[str]]] = {}
+
+    def add(group: Iterable[frozenset[str]]) -> None:
+        for r in group:
+            regions.add(r)
+            for a in r:
+                holders.setdefault(a, set()).add(r)
+
+    frontier = set(sets)
+    add(frontier)
     while frontier:
         new: set[frozenset[str]] = set()
         for a in frontier:
-            for b in regions:
+            for b in set().union(*(holders[x] for x in a)):
                 z = a & b
-                if z and z not in regions:
+                if z not in regions:
                     new.add(z)
-        regions |= new
+        add(new)
         frontier = new
     return regions
 

@@ -109,3 +109,62 @@ def test_error_on_released_marginals_falls_with_the_noise(epsilon):
     slack = 2.0 * b * math.sqrt(max(t.size for t in truth.values())) / total
     assert ours <= noisy + slack
     assert ours <= 1e-3 if epsilon > 100 else ours <= 0.02
+
+
+def test_an_appgm_refit_with_new_values_does_not_recompile():
+    from numpyro_dpgm.inference import gbp
+    from numpyro_dpgm.inference.oracles import ConvexGBPOracle
+
+    rng = np.random.default_rng(25)
+    oracle = ConvexGBPOracle(CYCLE)
+    first = table_measurements(CYCLE, rng.normal(size=CYCLE.num_params), 100.0, Gaussian(2.0),
+                               rng)
+    fit = prox_pgm(first, CYCLE, total_count=100.0, max_iters=20, tol=0.0, oracle=oracle)
+    sizes = (md._init._cache_size(), md._block._cache_size(), gbp._solve._cache_size())
+    second = table_measurements(CYCLE, rng.normal(size=CYCLE.num_params), 300.0,
+                                Gaussian(0.5), rng)
+    again = prox_pgm(second, CYCLE, total_count=300.0, max_iters=7, tol=0.0,
+                     oracle=ConvexGBPOracle(CYCLE), init=fit.model.theta)
+    assert (md._init._cache_size(), md._block._cache_size(),
+            gbp._solve._cache_size()) == sizes
+    assert again.iterations == 7
+
+
+def test_the_region_graph_and_the_measurements_are_data_of_the_loop_not_constants():
+    import jax
+    import jax.numpy as jnp
+
+    from numpyro_dpgm.estimation.losses import build_terms, group_terms, terms_loss
+    from numpyro_dpgm.inference.oracles import (
+        ConvexGBPOracle,
+        ExactOracle,
+        apply_oracle,
+        oracle_operands,
+    )
+
+    net = MarkovNetwork({f"x{i}": 3 for i in range(6)},
+                        [("x0", "x1", "x2"), ("x1", "x2", "x3"), ("x2", "x4"), ("x4", "x5")])
+    oracle = ConvexGBPOracle(net)
+    ops = oracle_operands(oracle)
+    theta = jnp.asarray(np.random.default_rng(26).normal(size=net.num_params))
+    traced = jax.make_jaxpr(lambda o, th, st: apply_oracle(oracle, o, th, st))(
+        ops, theta, oracle.init_state())
+    assert sum(np.size(c) for c in traced.consts) <= 1
+    # the same values as the oracle with its cached tables
+    direct, with_ops = oracle(theta, None), apply_oracle(oracle, ops, theta, None)
+    np.testing.assert_array_equal(np.asarray(direct[0]), np.asarray(with_ops[0]))
+    # measurements of the cliques, of a sub-clique (attributes reordered) and through a query
+    ms = table_measurements(net, np.asarray(theta), 50.0, Gaussian(1.0))
+    ms += [Measurement(("x2", "x0"), np.arange(9.0), Laplace(2.0)),
+           Measurement(("x5", "x4"), np.ones(2), Gaussian(3.0), np.eye(2, 9))]
+    terms, data = build_terms(net, ms, "auto")
+    kinds, groups = group_terms(net, terms, data)
+    assert kinds == ("l2", "l2", "l1", "l2")  # 27-cell and 9-cell tables, L1, the query
+    loss, mu = md.MarginalLoss(kinds), 50.0 * direct[0]
+    for smooth in (0.0, 0.3):
+        want = terms_loss(net, terms, mu, data, jnp.asarray(smooth))
+        assert float(loss(mu, groups, jnp.asarray(smooth))) == pytest.approx(float(want),
+                                                                             rel=1e-13)
+    traced = jax.make_jaxpr(lambda m, g: loss(m, g, jnp.zeros(())))(mu, groups)
+    assert sum(np.size(c) for c in traced.consts) <= 1
+    assert oracle_operands(ExactOracle(net)) == ()
