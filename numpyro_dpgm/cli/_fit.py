@@ -121,8 +121,7 @@ def fit(
                    f"{options['divergences']} divergences, {options['max_depth_hits']} draws at "
                    "the maximum tree depth")
     else:
-        summary = (f"{result.iterations} iterations, "
-                   f"{'converged' if result.converged else 'iteration limit reached'}")
+        summary = f"{result.iterations} iterations, {_stop_status(result)}"
     console.print(f"fitted {method} on {len(saved.measurements)} tables "
                   f"({network.num_params} parameters, N = {n:.6g} {n_source}): "
                   f"{summary}, {elapsed:.2f} s", soft_wrap=True, highlight=False)
@@ -132,6 +131,17 @@ def fit(
                       "values (--drop-unmodelled leaves them out)",
                       soft_wrap=True, highlight=False)
     console.print(f"wrote {out}", soft_wrap=True, highlight=False)
+
+
+def _stop_status(result: Any) -> str:
+    """Why a fit stopped, from its ``converged`` flag and the estimator's ``stop_reason`` and
+    ``kept_start`` extras where it reports them."""
+    if result.converged:
+        return "converged"
+    if result.extras.get("kept_start"):
+        return "not converged, ended worse than its start (the start is kept)"
+    reason = result.extras.get("stop_reason", "iteration limit")
+    return "iteration limit reached" if reason == "iteration limit" else f"not converged ({reason})"
 
 
 def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, chains: int,

@@ -13,6 +13,13 @@ matching ``μ(θ_{t+1}) = n_t / N``:
 Because MAP-EM's fixed points are L1 projections of ``y`` onto ``N·M`` (notes §2.5), which overfit
 the noise, the number of EM iterations acts as a regulariser: ``max_iters`` is an explicit
 option (default 10, with a naive-MLE start).
+
+With the free natural M-step (the default) the whole loop is one compiled program
+(:mod:`numpyro_dpgm.estimation.em_program`): a refit of a known structure with new values, ``N``,
+noise scales, warm start, iteration limits or tolerances reuses it. Its reported loss
+``L(N·μ(θ_t))`` cannot rise from one iteration to the next (the E-step keeps its best iterate and
+the M-step is exact), and the fit never ends worse than its start: if it would (other M-steps,
+smoothing), the start is returned and ``extras["kept_start"]`` says so.
 """
 
 from __future__ import annotations
@@ -26,11 +33,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._precision import warn_if_float32
+from .._warnings import warn
 from ..distributions.mrf import MarkovRandomField
 from ..infer.bayes import NoisyMarginalsModel
 from ..infer.mstep import m_step
 from ..inference import junction_tree as jt
-from ..inference.nlbp import nlbp_map
+from ..inference.nlbp import nlbp_map, resolve_damping
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from .contract import (
@@ -41,129 +49,149 @@ from .contract import (
     resolve_total,
     total_extras,
 )
-from .losses import LossTerm, build_terms, check_measurements, measurement_nll, terms_loss
+from .em_program import (
+    STOP_REASONS,
+    EMRecord,
+    EMState,
+    MeasurementEvidence,
+    em_block,
+    em_start_state,
+    em_theta,
+    gauge_fix,
+)
+from .losses import check_measurements
 from .naive import naive_mle
 from .result import Result
 
-__all__ = ["cgm_em", "EMState", "MeasurementEvidence", "em_start", "em_theta", "gauge_fix"]
+__all__ = ["CGMEMWarning", "cgm_em", "EMState", "MeasurementEvidence", "em_start", "em_theta",
+           "gauge_fix"]
 
 Array = Any
 
 
-class MeasurementEvidence(NamedTuple):
-    """``log p(y | n)`` of a list of measurements, up to a constant (hashable, static).
-
-    Laplace-family noise gives ``−‖Q n_C − y‖₁ / b`` per measurement, Gaussian-family noise
-    ``−‖Q n_C − y‖² / (2σ²)``; discrete noise is treated as its continuous counterpart.
-    Call as ``evidence(n, data, smoothing)`` with ``data`` from :meth:`build`; ``smoothing > 0``
-    replaces ``|r|`` of Laplace terms by a Huber function of width ``smoothing·b``.
-    """
-
-    network: MarkovNetwork
-    terms: tuple[LossTerm, ...]
-
-    @classmethod
-    def build(
-        cls, network: MarkovNetwork, measurements: Sequence[Measurement]
-    ) -> tuple[MeasurementEvidence, Any]:
-        terms, data = build_terms(network, measurements, "auto")
-        return cls(network, terms), data
-
-    def __call__(self, n: Array, data: Any, smoothing: Array = 0.0) -> Array:
-        return -terms_loss(self.network, self.terms, n, data, jnp.asarray(smoothing))
+class CGMEMWarning(UserWarning):
+    """A CGM-EM fit whose E-step failed (non-finite values) or stalled at its start."""
 
 
-def gauge_fix(network: MarkovNetwork, theta: Array) -> Array:
-    """Subtract each clique table's mean (a change of gauge: the distribution is unchanged)."""
-    tables = network.unflatten(theta)
-    return network.flatten(tables.map(lambda t: t - jnp.mean(t)))
-
-
-class EMState(NamedTuple):
-    """Output of :func:`em_theta` (arrays only, so batches of runs stack along a leading axis).
-
-    ``objectives``, ``changes`` and ``estep_converged`` have length ``max_em_iters``; entries
-    past ``iterations`` are ``nan`` / ``False``.
-    """
+class _Run(NamedTuple):
+    """What either EM loop hands to :func:`_result`: the last ``θ`` and E-step counts, the
+    per-E-step records (numpy arrays) and the stop reason (an entry of ``STOP_REASONS``)."""
 
     theta: Array
     n_hat: Array
-    objectives: Array
-    changes: Array
-    estep_converged: Array
-    iterations: Array
-    converged: Array
+    records: EMRecord
+    stop: str
 
 
-def _max_clique_l1(network: MarkovNetwork, a: Array, b: Array) -> Array:
-    return jnp.max(jnp.stack([jnp.sum(jnp.abs(a[network.slice_of(c)] - b[network.slice_of(c)]))
-                              for c in network.cliques]))
+def _fused_loop(network: MarkovNetwork, evidence: MeasurementEvidence, data: Any,
+                carry: Any, total: Array, schedule: Callable, max_iters: int, opts: tuple,
+                callback: Callable[[int, float], None] | None) -> _Run:
+    """EM in :func:`~numpyro_dpgm.estimation.em_program.em_block`: one call for
+    ``max_iters ≤ BLOCK``; with a callback, one call per iteration (the same program)."""
+    chunks = []
+    while True:
+        k = int(carry.steps)
+        limit = max_iters if callback is None else k + 1
+        carry, recs = em_block(network, evidence, schedule, data, total, carry,
+                               jnp.asarray(limit, jnp.int32), *opts)
+        done, stop = int(carry.steps), int(carry.stop)
+        chunks.append(jax.tree.map(lambda a, new=done - k: np.asarray(a[:new]), recs))
+        if callback is not None and done > k and (stop < 2 or bool(chunks[-1].moved[-1])):
+            callback(done, float(chunks[-1].loss[-1]))
+        if stop or done >= max_iters:
+            break
+    records = EMRecord(*(np.concatenate(parts) for parts in zip(*chunks, strict=True)))
+    return _Run(carry.theta, carry.n_hat, records, STOP_REASONS[stop])
 
 
-def _em_step(network, evidence, data, total, st, *, inner_iters, tol, inner_tol, smoothing,
-             damping) -> tuple[EMState, Array]:
-    """One EM iteration: NLBP E-step warm-started at ``θ_t``, free M-step ``θ_{t+1} = η̂``."""
-    r = nlbp_map(network, st.theta, total, evidence, (data, smoothing), space="natural",
-                 damping=damping, max_iters=inner_iters, tol=inner_tol)
-    theta = gauge_fix(network, r.eta)
-    change = _max_clique_l1(network, r.n / total, st.n_hat / total)
-    k = st.iterations
-    # an EM fixed point needs the last E-step to have converged too (see cgm_em)
-    converged = (change < tol) & r.converged
-    return EMState(theta, r.n, st.objectives.at[k].set(r.objective),
-                   st.changes.at[k].set(change), st.estep_converged.at[k].set(r.converged),
-                   k + 1, converged), change
+def _host_loop(network: MarkovNetwork, evidence: MeasurementEvidence, data: Any, carry: Any,
+               total: Array, max_iters: int, opts: dict, method: str,
+               callback: Callable[[int, float], None] | None) -> _Run:
+    """EM with an M-step of :func:`~numpyro_dpgm.infer.mstep.m_step`, iterated on the host."""
+    theta, n_prev = carry.theta, carry.n_hat
+    rows, stop = [], 0
+    for t in range(1, max_iters + 1):
+        r = nlbp_map(network, theta, total, evidence, (data, opts["smoothing"]),
+                     space=opts["space"], damping=opts["damping"], max_iters=opts["inner_iters"],
+                     tol=opts["inner_tol"])
+        moved = opts["space"] == "counts" or bool(jnp.any(r.eta != theta))
+        if moved:
+            theta = gauge_fix(network, m_step(network, r.n, theta, method))
+        # the model's counts N·μ(θ_{t+1}) and their loss, by the compiled start program
+        fitted, loss = em_start_state(network, evidence, theta, data, total)
+        change = max(float(jnp.sum(jnp.abs(fitted.n_hat[network.slice_of(c)]
+                                           - n_prev[network.slice_of(c)]))) / float(total)
+                     for c in network.cliques)
+        rows.append((float(r.objective), change, bool(r.converged), float(loss),
+                     int(r.rejected), moved))
+        n_hat, n_prev = r.n, fitted.n_hat
+        if not moved and int(r.rejected) > 0 and int(r.rejected) >= int(r.iterations):
+            stop = 3
+        elif change < opts["tol"]:
+            stop = 1 if bool(r.converged) else 2
+        if callback is not None and (stop < 2 or moved):
+            callback(t, float(loss))
+        if stop:
+            break
+    records = EMRecord(*(np.asarray(col) for col in zip(*rows, strict=True)))
+    return _Run(theta, n_hat, records, STOP_REASONS[stop])
 
 
-def em_theta(
-    network: MarkovNetwork,
-    evidence: MeasurementEvidence,
-    data: Any,
-    theta0: Array,
-    total: Array,
-    *,
-    max_em_iters: int = 10,
-    inner_iters: int = 50,
-    tol: float = 1e-6,
-    inner_tol: float = 1e-8,
-    smoothing: Array = 0.0,
-    damping: Any = None,
-) -> EMState:
-    """Pure core of :func:`cgm_em` with the natural-space E-step and its free M-step.
-
-    Seed 002, Algorithm 2 inside one ``lax.while_loop``: ``θ_{t+1} = gauge_fix(η̂_t)`` with
-    ``η̂_t`` from :func:`~numpyro_dpgm.inference.nlbp.nlbp_map` warm-started at ``θ_t``; stops
-    after ``max_em_iters`` iterations or when ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``. No
-    validation and no host transfers: ``jit``- and ``vmap``-able over ``data`` (the noisy
-    tables of a batch of releases), ``theta0`` and ``total``.
-    """
-    init = _em_init(network, theta0, total, max_em_iters)
-    total = jnp.asarray(total, dtype=init.theta.dtype)
-
-    def cond(s: tuple[EMState, Array]) -> Array:
-        st, change = s
-        return (st.iterations < max_em_iters) & (change >= tol)
-
-    def body(s: tuple[EMState, Array]) -> tuple[EMState, Array]:
-        return _em_step(network, evidence, data, total, s[0], inner_iters=inner_iters, tol=tol,
-                        inner_tol=inner_tol, smoothing=smoothing, damping=damping)
-
-    state, _ = jax.lax.while_loop(cond, body, (init, jnp.asarray(jnp.inf, init.theta.dtype)))
-    return state
+def _warn_estep(run: _Run, iterations: int, inner_iters: int) -> None:
+    """Say when an E-step failed or stalled, and what to do about it."""
+    nonfinite = int(np.sum(run.records.nonfinite))
+    if run.stop == "failed":
+        warn(f"cgm_em: every NLBP iterate of the E-step of EM iteration {iterations + 1} was "
+             "non-finite, so EM stopped at its last finite fit (converged=False, "
+             f"{iterations} iteration(s)). Lower damping (e.g. damping=0.01), smooth the "
+             "Laplace evidence (smoothing=0.1), or check the measurements' values and noise "
+             "scales.", CGMEMWarning)
+    elif nonfinite:
+        warn(f"cgm_em: {nonfinite} NLBP iterate(s) were non-finite and rejected (the E-step "
+             "halved its damping after each), so the fit is not reported as converged. Lower "
+             "damping (e.g. damping=0.01) or smooth the Laplace evidence (smoothing=0.1).",
+             CGMEMWarning)
+    if run.stop == "stalled" and iterations == 0:
+        warn(f"cgm_em: the first E-step found nothing better than its start within "
+             f"inner_iters={inner_iters}, so the fit is its start (0 iterations, "
+             "converged=False). Raise inner_iters, or lower damping for stiff Gaussian "
+             "evidence.", CGMEMWarning)
 
 
-def _em_init(network: MarkovNetwork, theta0: Array, total: Array, max_em_iters: int) -> EMState:
-    theta0 = gauge_fix(network, jnp.asarray(theta0))
-    dtype = theta0.dtype
-    mu0 = network.flatten(jt.marginals(network, theta0))
-    cap = max(int(max_em_iters), 1)
-    return EMState(theta0, jnp.asarray(total, dtype) * mu0, jnp.full(cap, jnp.nan, dtype),
-                   jnp.full(cap, jnp.nan, dtype), jnp.zeros(cap, bool), jnp.asarray(0),
-                   jnp.asarray(False))
-
-
-_em_step_jit = jax.jit(_em_step, static_argnums=(0, 1),
-                       static_argnames=("inner_iters", "damping"))
+def _result(run: _Run, start: Any, loss0: float, inner_iters: int, extras: dict,
+            network: MarkovNetwork, began: float) -> Result:
+    """The Result of a run: honest iteration count, the start kept if EM ended worse."""
+    recs = run.records
+    steps = len(recs.loss)
+    # an E-step that stalled or failed at its start did not move θ: not an iteration
+    iterations = steps - int(steps > 0 and run.stop in ("stalled", "failed")
+                             and not bool(recs.moved[-1]))
+    losses = np.concatenate([[float(loss0)], recs.loss[:iterations]])
+    _warn_estep(run, iterations, inner_iters)
+    theta, n_hat = run.theta, run.n_hat
+    converged = run.stop == "converged" and int(np.sum(recs.nonfinite)) == 0
+    kept_start = bool(losses[-1] > losses[0])
+    if kept_start:
+        theta, n_hat, converged = start.theta, start.n_hat, False
+    return Result(
+        model=MarkovRandomField(network, theta),
+        loss_trace=losses,
+        iterations=iterations,
+        converged=converged,
+        elapsed=time.perf_counter() - began,
+        extras={
+            "n_hat": n_hat,
+            "estep_objective": recs.objective,
+            "estep_converged": recs.estep_converged.astype(bool),
+            "estep_nonfinite": recs.nonfinite.astype(int),
+            "marginal_change": recs.change,
+            "stop_reason": run.stop,
+            "kept_start": kept_start,
+            "safeguard": (f"EM ended at loss {losses[-1]:.10g}, above its start's "
+                          f"{losses[0]:.10g}: the start is returned") if kept_start else None,
+            **extras,
+        },
+    )
 
 
 @estimator("cgm-em", legacy_positional=("total_count", "max_em_iters", "inner_iters", "init"))
@@ -214,7 +242,8 @@ def cgm_em(
         L1 projection.
     callback : callable ``(iteration, loss) -> None``, optional
         Called after every EM iteration ``t = 1, 2, ...`` with the loss of ``θ_t`` (the entry
-        ``loss_trace[t]``).
+        ``loss_trace[t]``). With a callback the compiled loop runs one iteration per call (the
+        same program); without one, the whole loop is one call.
     inner_iters : int
         NLBP iterations per E-step (warm-started at ``θ_t``).
     space : {"natural", "counts"}
@@ -224,8 +253,9 @@ def cgm_em(
         :func:`~numpyro_dpgm.infer.mstep.m_step`'s ``"auto"``.
     tol : float
         Stop when ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``. The run counts as converged only
-        if that last E-step converged as well; otherwise the E-step stalled at its starting
-        point (raise ``inner_iters``, or lower ``damping`` for stiff Gaussian evidence).
+        if that last E-step converged as well and no E-step met non-finite values; otherwise
+        the E-step stalled at its starting point (raise ``inner_iters``, or lower ``damping``
+        for stiff Gaussian evidence; a :class:`CGMEMWarning` says so when that left the start).
     smoothing : float
         Huber smoothing of the Laplace kink in the E-step, as a fraction of the noise scale
         ``b`` (0: the exact sign subgradient).
@@ -235,11 +265,24 @@ def cgm_em(
     Result
         ``loss_trace``: the measurements' negative log-likelihood at the model's expected
         counts, ``L(N·μ(θ_t))`` for ``t = 0..iterations``
-        (:func:`~numpyro_dpgm.estimation.losses.measurement_nll`). ``extras``: ``n_hat`` (final
-        E-step counts), ``estep_objective`` (F per EM iteration), ``estep_converged``, ``init``
-        (how θ₀ was chosen), ``marginal_change``, ``total_count``, ``total_count_estimated``.
+        (:func:`~numpyro_dpgm.estimation.losses.measurement_nll`). ``iterations`` counts the
+        E-steps that moved ``θ`` (an E-step that stalled or failed at its start does not).
+        ``extras``: ``n_hat`` (final E-step counts), per E-step run ``estep_objective`` (F),
+        ``estep_converged``, ``estep_nonfinite`` (NLBP iterates rejected as non-finite) and
+        ``marginal_change``; ``stop_reason`` (``"iteration limit"``, ``"converged"``,
+        ``"stalled"`` or ``"failed"``); ``kept_start`` and ``safeguard`` (``True`` and the
+        reason when EM ended with a larger loss than its start, which is then returned);
+        ``init`` (how θ₀ was chosen), ``space``, ``m_step``, ``total_count``,
+        ``total_count_estimated``.
+
+    Warns
+    -----
+    CGMEMWarning
+        When an E-step met non-finite values (its iterates are rejected and its damping
+        halved; if none was finite, EM stops at its last finite fit) or the first E-step
+        stalled at its start; the message names the remedy.
     """
-    start = time.perf_counter()
+    began = time.perf_counter()
     network, measurements = resolve_network(network_or_domain, measurements)
     measurements = check_measurements(measurements, network.domain)
     total, estimated = resolve_total(total_count, measurements)
@@ -247,6 +290,11 @@ def cgm_em(
     if inner_iters < 1:
         raise ValueError(f"inner_iters must be >= 1, got {inner_iters}")
     warn_if_float32("cgm_em")
+    if m_step_method is None:
+        m_step_method = "natural" if space == "natural" else "auto"
+    if m_step_method == "natural" and space != "natural":
+        raise ValueError("the free natural M-step needs space='natural'")
+    schedule = resolve_damping(space, damping)
     evidence, data = MeasurementEvidence.build(network, measurements)
 
     init = resolve_init(init, network, named=("naive", "zeros"))
@@ -258,96 +306,24 @@ def cgm_em(
         theta = jnp.zeros(network.num_params)
     else:
         theta = init
-    theta = gauge_fix(network, theta)
-    nll = measurement_nll(network, measurements, total)
-    losses = [nll(theta)]
-
-    def record(theta: Array) -> None:
-        losses.append(nll(theta))
-        if callback is not None:
-            callback(len(losses) - 1, losses[-1])
-
-    if m_step_method is None:
-        m_step_method = "natural" if space == "natural" else "auto"
-    if m_step_method == "natural" and space != "natural":
-        raise ValueError("the free natural M-step needs space='natural'")
+    theta = jnp.asarray(theta)
+    dtype = theta.dtype
+    total_arr = jnp.asarray(total, dtype)
+    start, loss0 = em_start_state(network, evidence, theta, data, total_arr)
 
     if m_step_method == "natural":
-        # the loop of em_theta on the host, one compiled EM step at a time
-        st = _em_init(network, theta, total, max_em_iters)
-        change = np.inf
-        while int(st.iterations) < max_em_iters and change >= tol:
-            st, change = _em_step_jit(network, evidence, data, jnp.asarray(total), st,
-                                      inner_iters=int(inner_iters), tol=tol, inner_tol=inner_tol,
-                                      smoothing=smoothing, damping=damping)
-            change = float(change)
-            record(st.theta)
-        k = int(st.iterations)
-        objectives = np.asarray(st.objectives[:k])
-        return Result(
-            model=MarkovRandomField(network, st.theta),
-            loss_trace=np.asarray(losses),
-            iterations=k,
-            converged=bool(st.converged),
-            elapsed=time.perf_counter() - start,
-            extras={
-                "n_hat": st.n_hat,
-                "estep_objective": objectives,
-                "estep_converged": np.asarray(st.estep_converged[:k]),
-                "marginal_change": np.asarray(st.changes[:k]),
-                "init": how,
-                "space": space,
-                "m_step": m_step_method,
-                **total_extras(total, estimated),
-            },
-        )
-    mu_prev = network.flatten(jt.marginals(network, theta))
-    objectives, changes, inner_conv = [], [], []
-    n_hat = total * mu_prev
-    converged = False
-    for _ in range(max_em_iters):
-        r = nlbp_map(network, theta, total, evidence, (data, smoothing), space=space,
-                     damping=damping,
-                     max_iters=inner_iters, tol=inner_tol)
-        n_hat = r.n
-        if m_step_method == "natural":
-            theta = gauge_fix(network, r.eta)
-            mu = n_hat / total
-        else:
-            theta = gauge_fix(network, m_step(network, n_hat, theta, m_step_method))
-            mu = network.flatten(jt.marginals(network, theta))
-        change = max(
-            float(jnp.sum(jnp.abs(mu[network.slice_of(c)] - mu_prev[network.slice_of(c)])))
-            for c in network.cliques
-        )
-        objectives.append(float(r.objective))
-        changes.append(change)
-        inner_conv.append(bool(r.converged))
-        mu_prev = mu
-        record(theta)
-        if change < tol:
-            # θ stopped moving. That is an EM fixed point only if the E-step converged too: an
-            # E-step that found nothing better than its starting point within inner_iters
-            # returns that point, and EM would repeat it for ever without having converged.
-            converged = bool(r.converged)
-            break
-    return Result(
-        model=MarkovRandomField(network, theta),
-        loss_trace=np.asarray(losses),
-        iterations=len(objectives),
-        converged=converged,
-        elapsed=time.perf_counter() - start,
-        extras={
-            "n_hat": n_hat,
-            "estep_objective": np.asarray(objectives),
-            "estep_converged": np.asarray(inner_conv),
-            "marginal_change": np.asarray(changes),
-            "init": how,
-            "space": space,
-            "m_step": m_step_method,
-            **total_extras(total, estimated),
-        },
-    )
+        opts = tuple(jnp.asarray(v, t) for v, t in ((tol, dtype), (inner_iters, jnp.int32),
+                                                   (inner_tol, dtype), (smoothing, dtype)))
+        run = _fused_loop(network, evidence, data, start, total_arr, schedule, max_em_iters,
+                          opts, callback)
+    else:
+        run = _host_loop(network, evidence, data, start, total_arr, max_em_iters,
+                         {"space": space, "damping": schedule, "inner_iters": int(inner_iters),
+                          "inner_tol": inner_tol, "smoothing": smoothing, "tol": tol},
+                         m_step_method, callback)
+    extras = {"init": how, "space": space, "m_step": m_step_method,
+              **total_extras(total, estimated)}
+    return _result(run, start, loss0, inner_iters, extras, network, began)
 
 
 def em_start(model: NoisyMarginalsModel, **cgm_em_options: Any) -> dict[str, Array]:

@@ -23,6 +23,10 @@ Two forms are offered (``space=``):
 Both have the same fixed points. With a Laplace likelihood the gradient is a sign function; a
 diminishing damping ``α_t`` (default ``1/(1+t)`` in natural space, ``0.5/(1+t/10)`` in count space)
 handles the kink; a Huber smoothing of the evidence is an option of the callers.
+
+An iterate with a non-finite objective or counts (an overflowing linearisation) is rejected: the
+loop stays where it was and halves its damping from then on (``NLBPResult.rejected`` counts such
+steps). Finite runs are unaffected.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ import jax.numpy as jnp
 from ..network import MarkovNetwork
 from . import junction_tree as jt
 
-__all__ = ["NLBPResult", "nlbp_map", "default_damping", "ConstantDamping"]
+__all__ = ["NLBPResult", "nlbp_map", "nlbp_loop", "default_damping", "resolve_damping",
+           "ConstantDamping"]
 
 Array = Any
 
@@ -59,7 +64,9 @@ class NLBPResult(NamedTuple):
     converged : bool
         Whether the relative change ``‖n_{t+1} − n_t‖₁ / (N·#cliques)`` fell below ``tol``.
     trace : array ``(max_iters,)``
-        ``F`` per iteration (``nan`` after the last).
+        ``F`` per iteration (``nan`` after the last and at rejected iterates).
+    rejected : int
+        Iterates rejected as non-finite (each halved the damping of the steps after it).
     """
 
     n: Array
@@ -68,6 +75,7 @@ class NLBPResult(NamedTuple):
     iterations: Array
     converged: Array
     trace: Array
+    rejected: Array
 
 
 def _harmonic(t: Array) -> Array:
@@ -94,6 +102,19 @@ def default_damping(space: str) -> Callable[[Array], Array]:
     if space == "counts":
         return _slow_harmonic
     raise ValueError(f"space must be 'natural' or 'counts', got {space!r}")
+
+
+def resolve_damping(space: str, damping: Any = None) -> Callable[[Array], Array]:
+    """The schedule ``α_t`` of ``damping``: ``None`` (:func:`default_damping`), a constant in
+    ``(0, 1]`` (:class:`ConstantDamping`) or a callable ``t -> α_t`` (returned as is)."""
+    if damping is None:
+        return default_damping(space)
+    if callable(damping):
+        return damping
+    alpha = float(damping)
+    if not 0 < alpha <= 1:
+        raise ValueError(f"damping must be in (0, 1], got {alpha}")
+    return ConstantDamping(alpha)
 
 
 def _oracle(network: MarkovNetwork, eta: Array) -> tuple[Array, Array]:
@@ -137,15 +158,7 @@ def nlbp_map(
     """
     if space not in ("natural", "counts"):
         raise ValueError(f"space must be 'natural' or 'counts', got {space!r}")
-    if damping is None:
-        schedule = default_damping(space)
-    elif callable(damping):
-        schedule = damping
-    else:
-        alpha = float(damping)
-        if not 0 < alpha <= 1:
-            raise ValueError(f"damping must be in (0, 1], got {alpha}")
-        schedule = ConstantDamping(alpha)
+    schedule = resolve_damping(space, damping)
     if max_iters < 1:
         raise ValueError(f"max_iters must be at least 1, got {max_iters}")
     theta = jnp.asarray(theta)
@@ -157,8 +170,43 @@ def nlbp_map(
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
 def _nlbp_jit(network, space, schedule, log_evidence, max_iters, theta, total, eta0, args, tol):
+    return nlbp_loop(network, theta, total, log_evidence, args, space=space, schedule=schedule,
+                     max_iters=max_iters, tol=tol, eta0=eta0, trace_len=max_iters)
+
+
+class _Loop(NamedTuple):
+    t: Array
+    eta: Array
+    n: Array
+    best: tuple[Array, Array, Array]
+    delta: Array
+    trace: Array
+    shrink: Array
+    rejected: Array
+
+
+def nlbp_loop(
+    network: MarkovNetwork,
+    theta: Array,
+    total: Array,
+    log_evidence: Callable[..., Array],
+    args: Any,
+    *,
+    space: str,
+    schedule: Callable[[Array], Array],
+    max_iters: Array,
+    tol: Array,
+    eta0: Array,
+    trace_len: int = 0,
+) -> NLBPResult:
+    """Pure core of :func:`nlbp_map` (no validation, no ``jit``): traceable in every array.
+
+    ``max_iters`` and ``tol`` may be traced; ``trace_len`` (static) is the length of the
+    returned ``trace`` (0 drops it, so the iteration cap need not be a compile-time constant).
+    """
     grad_ev = jax.grad(log_evidence)
     scale = total * len(network.cliques)
+    dtype = theta.dtype
 
     def objective(eta: Array, log_z: Array, n: Array) -> Array:
         # F(n) = θ·n + H(n) + log p(y|n) with H(n) = N·A(η) − η·n for n = Nμ(η)
@@ -167,40 +215,41 @@ def _nlbp_jit(network, space, schedule, log_evidence, max_iters, theta, total, e
     log_z0, mu0 = _oracle(network, eta0)
     n0 = total * mu0
     f0 = objective(eta0, log_z0, n0)
-    trace0 = jnp.full((max_iters,), jnp.nan, dtype=theta.dtype)
+    # a non-finite start is beaten by any finite iterate
+    best0 = (n0, eta0, jnp.where(jnp.isfinite(f0), f0, -jnp.inf))
 
-    class S(NamedTuple):
-        t: Array
-        eta: Array
-        n: Array
-        best: tuple[Array, Array, Array]
-        delta: Array
-        trace: Array
-
-    def cond(s: S) -> Array:
+    def cond(s: _Loop) -> Array:
         return (s.t < max_iters) & (s.delta >= tol)
 
-    def body(s: S) -> S:
-        alpha = schedule(s.t.astype(theta.dtype))
+    def body(s: _Loop) -> _Loop:
+        alpha = schedule(s.t.astype(dtype)) * s.shrink
         target = theta + grad_ev(s.n, *args)
         if space == "natural":
             eta = (1 - alpha) * s.eta + alpha * target
             log_z, mu = _oracle(network, eta)
             n = total * mu
             f = objective(eta, log_z, n)
-            better = f > s.best[2]
-            best = jax.tree.map(lambda a, b: jnp.where(better, a, b), (n, eta, f), s.best)
         else:
             log_z, mu = _oracle(network, target)
             n_bp = total * mu
             n = (1 - alpha) * s.n + alpha * n_bp
             f = objective(target, log_z, n_bp)
             eta = target
-            best = (n, eta, f)
-        delta = jnp.sum(jnp.abs(n - s.n)) / scale
-        return S(s.t + 1, eta, n, best, delta, s.trace.at[s.t].set(f))
+        ok = jnp.isfinite(f) & jnp.all(jnp.isfinite(n))
+        eta, n = jnp.where(ok, eta, s.eta), jnp.where(ok, n, s.n)
+        if space == "natural":
+            better = ok & (f > s.best[2])
+            best = jax.tree.map(lambda a, b: jnp.where(better, a, b), (n, eta, f), s.best)
+        else:
+            best = jax.tree.map(lambda a, b: jnp.where(ok, a, b), (n, eta, f), s.best)
+        delta = jnp.where(ok, jnp.sum(jnp.abs(n - s.n)) / scale, jnp.inf)
+        trace = s.trace.at[s.t].set(jnp.where(ok, f, jnp.nan)) if trace_len else s.trace
+        return _Loop(s.t + 1, eta, n, best, delta, trace, jnp.where(ok, s.shrink, s.shrink / 2),
+                     s.rejected + (~ok).astype(jnp.int32))
 
-    init = S(jnp.asarray(0), eta0, n0, (n0, eta0, f0), jnp.asarray(jnp.inf, theta.dtype), trace0)
+    init = _Loop(jnp.asarray(0), eta0, n0, best0, jnp.asarray(jnp.inf, dtype),
+                 jnp.full((trace_len,), jnp.nan, dtype=dtype), jnp.asarray(1.0, dtype),
+                 jnp.asarray(0, jnp.int32))
     s = jax.lax.while_loop(cond, body, init)
     n, eta, f = s.best
-    return NLBPResult(n, eta, f, s.t, s.delta < tol, s.trace)
+    return NLBPResult(n, eta, f, s.t, s.delta < tol, s.trace, s.rejected)

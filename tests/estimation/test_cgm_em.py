@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from oracles.brute_force import BruteForce, exact_kl, features
@@ -18,6 +19,7 @@ from scipy.optimize import linprog
 
 from numpyro_dpgm import MarkovNetwork, MarkovRandomField
 from numpyro_dpgm.estimation import cgm_em, m_step, naive_mle
+from numpyro_dpgm.estimation.cgm_em import CGMEMWarning
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
 from numpyro_dpgm.metrics import kl_divergence
 
@@ -159,6 +161,37 @@ def test_tiny_noise_recovers_the_mle_with_small_damping(exact_counts) -> None:
     err = np.max(np.abs(BruteForce(CHAIN, np.asarray(res.model.theta)).probs()
                         - mle_joint(n, N)))
     assert not (res.converged and err > 1e-6)
+
+
+def test_rejected_iterates_are_survived_and_reported(exact_counts) -> None:
+    """A damping schedule that is ``nan`` on the first two steps of every E-step: those
+    iterates are rejected and the damping halved; EM still reaches the exact MLE, and it does
+    not call that run converged."""
+    n, N = exact_counts
+
+    def damping(t):
+        return jnp.where(t < 2, jnp.nan, 4.0 / (1.0 + t))
+
+    meas = identity_measurements(CHAIN, n, Gaussian(3.0))
+    with pytest.warns(CGMEMWarning, match=r"rejected.*Lower damping"):
+        res = cgm_em(meas, CHAIN, total_count=N, max_iters=300, inner_iters=200, init="zeros",
+                     tol=1e-10, damping=damping)
+    assert not res.converged and res.extras["stop_reason"] == "converged"
+    assert np.all(res.extras["estep_nonfinite"] == 2)
+    probs = BruteForce(CHAIN, np.asarray(res.model.theta)).probs()
+    np.testing.assert_allclose(probs, mle_joint(n, N), rtol=0, atol=1e-6)
+
+
+def test_a_first_estep_that_stalls_leaves_the_start_and_says_so(exact_counts) -> None:
+    """Stiff Gaussian evidence (N/σ² = 5·10⁴) at the default damping: no NLBP iterate beats
+    the start, so there is no EM iteration to report (the issue's "1 iterations")."""
+    n, N = exact_counts
+    meas = identity_measurements(CHAIN, n, Gaussian(0.1))
+    with pytest.warns(CGMEMWarning, match=r"first E-step.*Raise inner_iters"):
+        res = cgm_em(meas, CHAIN, total_count=N, max_iters=300, init="zeros")
+    assert res.iterations == 0 and not res.converged and res.extras["stop_reason"] == "stalled"
+    np.testing.assert_array_equal(res.model.theta, np.zeros(CHAIN.num_params))
+    assert len(res.loss_trace) == 1
 
 
 # ------------------------------------------------------------------------------------------------

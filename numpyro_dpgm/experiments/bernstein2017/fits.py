@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...estimation.cgm_em import MeasurementEvidence, em_theta
+from ...estimation.em_program import MeasurementEvidence, em_theta
 from ...estimation.losses import TermData
 from ...estimation.naive import DEFAULT_L2_FLOOR, naive_mle, naive_theta
 from ...measurements import Laplace, Measurement

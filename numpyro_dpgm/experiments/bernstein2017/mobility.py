@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...distributions.mrf import MarkovRandomField
-from ...estimation.cgm_em import MeasurementEvidence
+from ...estimation.em_program import MeasurementEvidence
 from ...estimation.naive import DEFAULT_L2_FLOOR, default_l2, fit_mle, project_tables
 from ...estimation.psgd import UnreachableEpsilonError, psgd
 from ...inference.nlbp import nlbp_map

@@ -1,0 +1,227 @@
+"""The compiled EM loop of CGM-EM: natural-space NLBP E-step and free M-step in one program.
+
+One EM iteration (seed 002, Algorithm 2): ``η̂_t`` from NLBP warm-started at ``θ_t``
+(:func:`~numpyro_dpgm.inference.nlbp.nlbp_loop`), ``θ_{t+1} = gauge_fix(η̂_t)`` (moment matching
+is free: ``μ(θ_{t+1}) = n_t / N``). The loop is a ``lax.while_loop`` in which the iteration limit,
+the tolerances, the measurements' values and noise scales, ``N`` and the warm start are all
+traced, so one program serves every refit of a network and measurement structure.
+
+:func:`em_block` runs up to :data:`BLOCK` iterations per call (its per-iteration records have a
+fixed length): a run of ``max_iters ≤ BLOCK`` iterations is one call; longer runs call the same
+program again with its carry. :func:`em_theta` is the whole loop for a known iteration count,
+``vmap``-able over batches of releases.
+
+Stopping (``stop`` codes, :data:`STOP_REASONS`): ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``
+with the E-step converged (a fixed point, 1) or not (the E-step stalled at its start, 2); an
+E-step whose iterates were all non-finite, so that it returned its start (3); else the
+iteration limit (0).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ..inference import junction_tree as jt
+from ..inference.nlbp import nlbp_loop, resolve_damping
+from ..measurements import Measurement
+from ..network import MarkovNetwork
+from .losses import LossTerm, build_terms, terms_loss
+
+__all__ = ["BLOCK", "STOP_REASONS", "EMCarry", "EMRecord", "EMState", "MeasurementEvidence",
+           "em_block", "em_start_state", "em_theta", "gauge_fix"]
+
+Array = Any
+
+#: EM iterations per call of :func:`em_block` (the length of its records).
+BLOCK = 64
+
+#: The meaning of the ``stop`` codes of :class:`EMCarry`.
+STOP_REASONS = ("iteration limit", "converged", "stalled", "failed")
+_CONVERGED, _STALLED, _FAILED = 1, 2, 3
+
+
+class MeasurementEvidence(NamedTuple):
+    """``log p(y | n)`` of a list of measurements, up to a constant (hashable, static).
+
+    Laplace-family noise gives ``−‖Q n_C − y‖₁ / b`` per measurement, Gaussian-family noise
+    ``−‖Q n_C − y‖² / (2σ²)``; discrete noise is treated as its continuous counterpart.
+    Call as ``evidence(n, data, smoothing)`` with ``data`` from :meth:`build`; ``smoothing > 0``
+    replaces ``|r|`` of Laplace terms by a Huber function of width ``smoothing·b``.
+    """
+
+    network: MarkovNetwork
+    terms: tuple[LossTerm, ...]
+
+    @classmethod
+    def build(
+        cls, network: MarkovNetwork, measurements: Sequence[Measurement]
+    ) -> tuple[MeasurementEvidence, Any]:
+        terms, data = build_terms(network, measurements, "auto")
+        return cls(network, terms), data
+
+    def __call__(self, n: Array, data: Any, smoothing: Array = 0.0) -> Array:
+        return -terms_loss(self.network, self.terms, n, data, jnp.asarray(smoothing))
+
+
+def gauge_fix(network: MarkovNetwork, theta: Array) -> Array:
+    """Subtract each clique table's mean (a change of gauge: the distribution is unchanged)."""
+    tables = network.unflatten(theta)
+    return network.flatten(tables.map(lambda t: t - jnp.mean(t)))
+
+
+class EMCarry(NamedTuple):
+    """The loop state of :func:`em_block`: ``θ_t``, the last E-step's counts, ``t`` (E-steps
+    run) and the stop code (0 while running)."""
+
+    theta: Array
+    n_hat: Array
+    steps: Array
+    stop: Array
+
+
+class EMRecord(NamedTuple):
+    """One E-step's record: its objective ``F``, the marginal change, whether NLBP converged,
+    the loss ``L(N·μ(θ_{t+1}))`` (the measurements' negative log-likelihood, up to a constant),
+    how many NLBP iterates were rejected as non-finite, and whether ``θ`` moved."""
+
+    objective: Array
+    change: Array
+    estep_converged: Array
+    loss: Array
+    nonfinite: Array
+    moved: Array
+
+
+class EMState(NamedTuple):
+    """Output of :func:`em_theta` (arrays only, so batches of runs stack along a leading axis).
+
+    ``objectives``, ``changes``, ``estep_converged``, ``losses`` and ``nonfinite`` have length
+    ``max_em_iters``; entries past ``iterations`` (E-steps run) are ``nan`` / ``False`` / 0.
+    ``stop`` is a code of :data:`STOP_REASONS`.
+    """
+
+    theta: Array
+    n_hat: Array
+    objectives: Array
+    changes: Array
+    estep_converged: Array
+    iterations: Array
+    converged: Array
+    losses: Array
+    nonfinite: Array
+    stop: Array
+
+
+def _max_clique_l1(network: MarkovNetwork, a: Array, b: Array) -> Array:
+    return jnp.max(jnp.stack([jnp.sum(jnp.abs(a[network.slice_of(c)] - b[network.slice_of(c)]))
+                              for c in network.cliques]))
+
+
+def _em_step(network: MarkovNetwork, evidence: MeasurementEvidence, schedule: Callable,
+             data: Any, total: Array, carry: EMCarry, opts: tuple) -> tuple[EMCarry, EMRecord]:
+    """One EM iteration: NLBP E-step warm-started at ``θ_t``, free M-step ``θ_{t+1} = η̂``."""
+    tol, inner_iters, inner_tol, smoothing = opts
+    r = nlbp_loop(network, carry.theta, total, evidence, (data, smoothing), space="natural",
+                  schedule=schedule, max_iters=inner_iters, tol=inner_tol, eta0=carry.theta)
+    moved = jnp.any(r.eta != carry.theta)
+    theta = jnp.where(moved, gauge_fix(network, r.eta), carry.theta)
+    change = _max_clique_l1(network, r.n / total, carry.n_hat / total)
+    # an EM fixed point needs the last E-step to have converged too: an E-step that found
+    # nothing better than its start within its iterations returns that start
+    failed = ~moved & (r.rejected > 0) & (r.rejected >= r.iterations)  # no finite iterate
+    stop = jnp.where(failed, _FAILED,
+                     jnp.where(change < tol, jnp.where(r.converged, _CONVERGED, _STALLED), 0))
+    loss = -evidence(r.n, data, jnp.zeros((), total.dtype))
+    record = EMRecord(r.objective, change, r.converged, loss, r.rejected, moved)
+    return EMCarry(theta, r.n, carry.steps + 1, stop.astype(carry.stop.dtype)), record
+
+
+def _empty_records(length: int, dtype: Any) -> EMRecord:
+    nan = jnp.full(length, jnp.nan, dtype)
+    return EMRecord(nan, nan, jnp.zeros(length, bool), nan, jnp.zeros(length, jnp.int32),
+                    jnp.zeros(length, bool))
+
+
+def _run(network, evidence, schedule, data, total, carry, limit, opts, first, length):
+    """EM iterations ``first..`` until the limit, a stop, or ``length`` records are written."""
+    def cond(s: tuple[EMCarry, EMRecord]) -> Array:
+        c = s[0]
+        return (c.steps < limit) & (c.stop == 0) & (c.steps < first + length)
+
+    def body(s: tuple[EMCarry, EMRecord]) -> tuple[EMCarry, EMRecord]:
+        c, recs = s
+        c2, rec = _em_step(network, evidence, schedule, data, total, c, opts)
+        k = c.steps - first
+        return c2, jax.tree.map(lambda buf, v: buf.at[k].set(v), recs, rec)
+
+    return jax.lax.while_loop(cond, body, (carry, _empty_records(length, carry.theta.dtype)))
+
+
+def _start(network: MarkovNetwork, evidence: MeasurementEvidence, theta0: Array, data: Any,
+           total: Array) -> tuple[EMCarry, Array]:
+    theta0 = gauge_fix(network, theta0)
+    n0 = total * network.flatten(jt.marginals(network, theta0))
+    loss0 = -evidence(n0, data, jnp.zeros((), total.dtype))
+    return EMCarry(theta0, n0, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32)), loss0
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def em_start_state(network: MarkovNetwork, evidence: MeasurementEvidence, theta0: Array,
+                   data: Any, total: Array) -> tuple[EMCarry, Array]:
+    """The carry of EM at ``θ_0`` (gauge-fixed, ``n = N·μ(θ_0)``) and the loss there."""
+    return _start(network, evidence, theta0, data, total)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def em_block(network: MarkovNetwork, evidence: MeasurementEvidence, schedule: Callable,
+             data: Any, total: Array, carry: EMCarry, limit: Array, tol: Array,
+             inner_iters: Array, inner_tol: Array, smoothing: Array) -> tuple[EMCarry, EMRecord]:
+    """Up to :data:`BLOCK` EM iterations from ``carry``, until ``carry.steps == limit`` or a stop.
+
+    Every argument but the network, the evidence's structure and the damping schedule is
+    traced. The records hold the iterations ``carry.steps ..`` of the input carry in order
+    (``nan`` / ``False`` / 0 past the last one run).
+    """
+    opts = (tol, inner_iters, inner_tol, smoothing)
+    return _run(network, evidence, schedule, data, total, carry, limit, opts, carry.steps, BLOCK)
+
+
+def em_theta(
+    network: MarkovNetwork,
+    evidence: MeasurementEvidence,
+    data: Any,
+    theta0: Array,
+    total: Array,
+    *,
+    max_em_iters: int = 10,
+    inner_iters: int = 50,
+    tol: float = 1e-6,
+    inner_tol: float = 1e-8,
+    smoothing: Array = 0.0,
+    damping: Any = None,
+) -> EMState:
+    """Pure core of :func:`~numpyro_dpgm.estimation.cgm_em.cgm_em` with the natural-space
+    E-step and its free M-step.
+
+    Seed 002, Algorithm 2 inside one ``lax.while_loop``: ``θ_{t+1} = gauge_fix(η̂_t)`` with
+    ``η̂_t`` from NLBP warm-started at ``θ_t``; stops after ``max_em_iters`` iterations or when
+    ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``. No validation and no host transfers: ``jit``-
+    and ``vmap``-able over ``data`` (the noisy tables of a batch of releases), ``theta0`` and
+    ``total``. ``damping`` is a schedule ``t -> α_t`` (``None``: NLBP's natural-space default).
+    """
+    theta0 = jnp.asarray(theta0)
+    dtype = theta0.dtype
+    total = jnp.asarray(total, dtype)
+    cap = max(int(max_em_iters), 1)
+    carry, _ = _start(network, evidence, theta0, data, total)
+    opts = (jnp.asarray(tol, dtype), inner_iters, jnp.asarray(inner_tol, dtype),
+            jnp.asarray(smoothing, dtype))
+    carry, recs = _run(network, evidence, resolve_damping("natural", damping), data, total,
+                       carry, max_em_iters, opts, 0, cap)
+    return EMState(carry.theta, carry.n_hat, recs.objective, recs.change, recs.estep_converged,
+                   carry.steps, carry.stop == _CONVERGED, recs.loss, recs.nonfinite, carry.stop)
