@@ -80,22 +80,23 @@ def test_workloads_weights_and_target(chain_records):
 
 
 def test_huge_budget_reproduces_the_workload_exactly(chain_records):
+    from numpyro_dpgm.estimation import mirror_descent
+
     workload = [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d")]
+    programs = mirror_descent._block._cache_size()
     fit = aim(chain_records, CHAIN, budget=ZCDP(1e6), rng_key=3, sampler="jax",
               workload=workload)
     tables = count(chain_records, workload, CHAIN)
     assert workload_error(fit.model, tables) < 1e-4
     assert fit.extras["sampling"] == "round"  # synthesize's default for this Result
-    # a fit per round; only those that add a clique have a new structure (Prox-PGM compiles),
-    # and the others spend a small fraction of that compiling (a slice of the loss trace); both
-    # are 0 where an earlier test in this process compiled the same programs
+    # a fit per round; only those that add a clique have a new structure, and only those can
+    # compile a new Prox-PGM loop (none where an earlier test in this process compiled it)
     costs = fit.extras["costs"]
     assert len(costs) == len(fit.extras["rounds"]) + 2
     new = [c for c in costs if c["new_structure"]]
     assert len(new) == len(fit.extras["cliques"]) - 3  # the 4 one-way cliques come in one fit
-    same = [c for c in costs if not c["new_structure"]]
-    assert same and max(c["compile_seconds"] for c in same) <= 0.25 * min(
-        c["compile_seconds"] for c in new)
+    assert any(not c["new_structure"] for c in costs)
+    assert mirror_descent._block._cache_size() - programs <= len(new)
 
 
 def test_measurements_feed_the_noise_aware_posterior_and_rubin(chain_records):
