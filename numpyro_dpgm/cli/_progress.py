@@ -112,7 +112,8 @@ def _mcmc_progress(description: str) -> Iterator[bool]:
     """Progress of NumPyro's MCMC: yields the ``progress_bar`` argument to give it. On a terminal
     NumPyro's own bars (``True``); elsewhere ``progress:`` lines (:func:`_stage`) with the
     chain's phase and step, fed by NumPyro's per-step loop in place of its bar; where that loop
-    is not found (another NumPyro), the lines of the stage's start and end only (``False``)."""
+    is not found (another NumPyro) or NumPyro turns it off (it does when the environment has
+    ``CI`` or ``PYTEST_XDIST_WORKER``), the lines of the stage's start and end only."""
     if err_console.is_terminal:
         err_console.print(description, highlight=False, soft_wrap=True)
         yield True
