@@ -253,6 +253,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="iterations of each mbi estimator (default %(default)s, mbi's own)")
     parser.add_argument("--checkpoints", default="25,100,250,500",
                         help="max_iters of this library's timed refits (default %(default)s)")
+    parser.add_argument("--epsilons", default=None,
+                        help="comma-separated ε to run instead of the plan's (each must be one of "
+                             "the workload's in the full plan)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the noise")
     parser.add_argument("--skip", nargs="*", default=[], metavar="CONTENDER",
                         help="contenders to leave out, e.g. 'prox_pgm stop=discrepancy'")
@@ -292,6 +295,13 @@ def main(args: argparse.Namespace) -> int:
     dataset = load_demo()
     total = float(dataset.total)
     plan = EPSILONS if args.plan == "full" else QUICK
+    if args.epsilons:
+        chosen = [float(e) for e in args.epsilons.split(",") if e]
+        known = {e for name in workloads for e in EPSILONS[name]}
+        if not chosen or set(chosen) - known:
+            raise SystemExit(f"--epsilons must name some of {sorted(known)} for these "
+                             f"workloads; got {args.epsilons!r}")
+        plan = {name: tuple(e for e in EPSILONS[name] if e in chosen) for name in EPSILONS}
     start = time.perf_counter()
     results = new_record("converge", {
         "plan": args.plan, "seed": args.seed, "mbi_iters": args.mbi_iters,
