@@ -32,6 +32,7 @@ __all__ = [
     "build_terms",
     "check_measurements",
     "expected_noise_loss",
+    "group_answers",
     "group_terms",
     "grouped_loss",
     "lipschitz_bound",
@@ -62,6 +63,7 @@ class TermData(NamedTuple):
     values: Array
     query: Array | None
     weight: Array  # 1/σ² (l2) or 1/b (l1)
+    laplace_scale: float = 0.0  # b of Laplace-family noise, 0 for Gaussian-family noise
 
 
 def measurement_loss(measurement: Measurement, kind: str = "auto") -> tuple[str, float]:
@@ -203,6 +205,7 @@ def build_terms(
             jnp.asarray(m.values),
             None if m.query is None else jnp.asarray(m.query),
             jnp.asarray(weight),
+            float(m.noise.scale) if isinstance(m.noise, _LAPLACE_FAMILY) else 0.0,
         ))
     return tuple(terms), tuple(data)
 
@@ -251,6 +254,7 @@ class TermGroup(NamedTuple):
     values: Array  # (T, k)
     query: Array | None  # (T, k, c), or None for identity queries
     weight: Array  # (T,): 1/σ² (l2) or 1/b (l1)
+    laplace_scale: Array  # (T,): b of Laplace-family noise, 0 for Gaussian-family noise
 
 
 def group_terms(
@@ -290,8 +294,22 @@ def group_terms(
             None if shape_q is None else jnp.asarray(np.stack([np.asarray(d.query)
                                                                for _, d in members])),
             jnp.asarray(np.asarray([float(d.weight) for _, d in members])),
+            jnp.asarray(np.asarray([float(d.laplace_scale) for _, d in members])),
         ))
     return tuple(kinds), tuple(groups)
+
+
+def group_answers(mu: Array, groups: tuple[TermGroup, ...]) -> tuple[Array, ...]:
+    """The answers ``Q_M μ_{C_M}`` of each group's terms at flat count-scale marginals ``mu``,
+    one array ``(T, k)`` per group (the predictions that :func:`grouped_loss` compares with
+    the groups' ``values``)."""
+    out = []
+    for g in groups:
+        pred = jnp.sum(mu.at[g.index].get(mode="promise_in_bounds"), axis=-1)
+        if g.query is not None:
+            pred = jnp.einsum("tkc,tc->tk", g.query, pred)
+        out.append(pred)
+    return tuple(out)
 
 
 def grouped_loss(
@@ -299,10 +317,7 @@ def grouped_loss(
 ) -> Array:
     """:func:`terms_loss` of the groups of :func:`group_terms` (equal up to rounding)."""
     total = jnp.zeros((), dtype=mu.dtype)
-    for kind, g in zip(kinds, groups, strict=True):
-        pred = jnp.sum(mu.at[g.index].get(mode="promise_in_bounds"), axis=-1)
-        if g.query is not None:
-            pred = jnp.einsum("tkc,tc->tk", g.query, pred)
+    for kind, g, pred in zip(kinds, groups, group_answers(mu, groups), strict=True):
         r = pred - g.values
         w = g.weight.astype(mu.dtype)[:, None]
         if kind == "l2":

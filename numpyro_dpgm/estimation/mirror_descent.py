@@ -57,7 +57,8 @@ from ..network import MarkovNetwork
 from ..tables import CliqueTables
 from .losses import grouped_loss
 
-__all__ = ["ARMIJO_C", "BLOCK", "METHODS", "MarginalLoss", "ProxPGMState", "mirror_descent"]
+__all__ = ["ARMIJO_C", "BLOCK", "METHODS", "MarginalLoss", "ProxPGMState", "mirror_descent",
+           "run_blocks"]
 
 Array = Any
 
@@ -417,23 +418,44 @@ def mirror_descent(
                   jnp.asarray(_SMOOTH0 if num_l1 else 0.0, dtype),
                   jnp.asarray(0.0 if alpha is None else alpha, dtype),
                   window=int(window), auto_step=alpha is None)
-    traces, obj_traces = [np.asarray([state.loss])], [np.asarray([state.objective])]
+    block = partial(_block, oracle, loss_fn, operands, data=data, total=total_arr, tol=tol_arr,
+                    target=target_arr, num_l1=num_l1, method=method)
+    state, (trace, obj_trace) = run_blocks(
+        lambda s, limit: block(s, limit=limit), state, (state.loss, state.objective),
+        lambda s: s, iters=iters, callback=callback, callback_every=callback_every)
+    return state, trace, obj_trace
+
+
+def run_blocks(
+    block: Callable[[Any, Array], tuple[Any, ...]],
+    state: Any,
+    first: tuple[Array, ...],
+    md_of: Callable[[Any], ProxPGMState],
+    *,
+    iters: int,
+    callback: Callable[[int, float], None] | None,
+    callback_every: int,
+) -> tuple[Any, tuple[np.ndarray, ...]]:
+    """Call a compiled ``block(state, limit) -> (state, *traces)`` until ``iters`` iterations
+    or the rule fires, reporting to ``callback`` between blocks.
+
+    ``md_of(state)`` is the :class:`ProxPGMState` inside ``state`` (its ``t``, ``loss`` and
+    ``converged``); each trace of a block holds :data:`BLOCK` values, ``NaN`` past its last
+    iteration. Returns the final state and each trace over ``0..t``, starting with ``first``.
+    """
+    traces: list[list[np.ndarray]] = [[np.atleast_1d(np.asarray(v))] for v in first]
     if callback is not None:
-        callback(0, float(state.loss))
+        callback(0, float(md_of(state).loss))
     next_report = int(callback_every) if callback is not None else iters
     done = 0
-    while done < iters and not bool(state.converged):
-        limit = min(iters, next_report)
-        state, trace, obj_trace = _block(oracle, loss_fn, operands, state, data, total_arr,
-                                         jnp.asarray(limit), tol_arr, target_arr,
-                                         num_l1=num_l1,
-                                         method=method)
-        now = int(state.t)
-        traces.append(np.asarray(trace[: now - done]))
-        obj_traces.append(np.asarray(obj_trace[: now - done]))
+    while done < iters and not bool(md_of(state).converged):
+        state, *blocks = block(state, jnp.asarray(min(iters, next_report)))
+        now = int(md_of(state).t)
+        for acc, values in zip(traces, blocks, strict=True):
+            acc.append(np.asarray(values[: now - done]))
         done = now
         if callback is not None and (done >= next_report or done >= iters
-                                     or bool(state.converged)):
-            callback(done, float(state.loss))
+                                     or bool(md_of(state).converged)):
+            callback(done, float(md_of(state).loss))
             next_report = done + int(callback_every)
-    return state, np.concatenate(traces), np.concatenate(obj_traces)
+    return state, tuple(np.concatenate(acc) for acc in traces)

@@ -101,6 +101,7 @@ from .losses import (
 from .mirror_descent import ARMIJO_C, METHODS, MarginalLoss, ProxPGMState, mirror_descent
 from .naive import fit_mle
 from .result import Result
+from .risk_stop import PATIENCE, risk_path
 
 __all__ = [
     "ARMIJO_C",
@@ -119,8 +120,9 @@ Array = Any
 
 #: Default stopping tolerance (relative decrease of the loss over ``window`` iterations).
 DEFAULT_TOL = 1e-10
-#: Values of ``stop``: iterate to the optimum, or to the noise level (discrepancy principle).
-STOP_RULES = ("optimum", "discrepancy")
+#: Values of ``stop``: iterate to the optimum, to the noise level (discrepancy principle), or
+#: to the least estimated risk on the path (SURE).
+STOP_RULES = ("optimum", "discrepancy", "risk")
 
 
 class ProxPGMConvergenceWarning(UserWarning):
@@ -256,7 +258,8 @@ def prox_pgm(
         The number of records ``N`` (> 0). ``None`` estimates it from the measurements by
         inverse-variance weighting (:func:`estimate_total`), clipped below at 1.
     rng_key : JAX PRNG key, optional
-        Accepted for the estimators' common contract and ignored (Prox-PGM is deterministic).
+        Draws the probe vectors of ``stop="risk"``; ignored otherwise (Prox-PGM is
+        deterministic).
     init : MarkovRandomField or array, optional
         Warm start: log-potentials in the network's layout (or a model over the same network),
         e.g. a previous fit's ``model``. ``None``: :func:`noisy_start` (the noisy tables of the
@@ -296,8 +299,19 @@ def prox_pgm(
         Number of iterations the stopping rule looks back over.
     callback_every : int
         Iterations between two calls of ``callback``.
-    stop : "optimum" or "discrepancy"
+    stop : "optimum", "discrepancy" or "risk"
         ``"optimum"`` (default): iterate to the minimiser of ``L`` (the ``tol`` rule).
+        ``"risk"``: the mirror-descent path from the uniform distribution (``init`` when
+        given), and the fit is its iterate of least estimated squared error against the true
+        tables: Stein's unbiased risk estimate ``2L − m + 2·df`` with the divergence ``df``
+        by forward-mode differentiation of the path (for Laplace noise, Stein's identity for
+        the Laplace density; :mod:`~numpyro_dpgm.estimation.risk_stop`). It runs until the
+        estimate has not improved for a while, so it costs more iterations than
+        ``"discrepancy"``, each with :data:`~numpyro_dpgm.estimation.risk_stop.PROBES` extra
+        oracle JVPs. Needs ``loss="l2"``, the exact oracle and ``method`` ``"auto"`` or
+        ``"md"``; ``extras`` adds ``selected_iteration``, ``pilot_iteration``, ``risk``,
+        ``degrees_of_freedom``, ``risk_trace`` and ``final_loss`` (``iterations`` counts the
+        whole path). ``rng_key`` draws its probe vectors (default ``jax.random.key(0)``).
         ``"discrepancy"``: Morozov's discrepancy principle on the mirror-descent path, a
         regularised fit. The path starts from the uniform distribution (the maximum-entropy
         point; ``init`` when given) with ``method="md"`` unless another is named, and stops at
@@ -397,7 +411,11 @@ def prox_pgm(
     if method not in ("auto", *METHODS):
         raise ValueError(f"unknown method {method!r}; use 'auto', 'accelerated' or 'md'")
     if stop not in STOP_RULES:
-        raise ValueError(f"unknown stop {stop!r}; use 'optimum' or 'discrepancy'")
+        raise ValueError(f"unknown stop {stop!r}; use 'optimum', 'discrepancy' or 'risk'")
+    if stop == "risk" and method == "accelerated":
+        raise ValueError("stop='risk' follows the mirror-descent path: use method='auto' or 'md'")
+    if stop == "risk" and loss != "l2":
+        raise ValueError("stop='risk' estimates the squared error of the fit: use loss='l2'")
     if stop == "discrepancy" and custom is not None:
         raise ValueError("stop='discrepancy' needs the measurements' noise: use loss='l2', "
                          "'l1' or 'auto', not a callable")
@@ -414,6 +432,9 @@ def prox_pgm(
     else:
         loss_fn, loop_data, data = MarginalLoss(network=network, custom=custom), (), ()
     the_oracle = resolve_oracle(oracle, network)
+    if stop == "risk" and not isinstance(the_oracle, ExactOracle):
+        raise ValueError("stop='risk' differentiates the path through the exact oracle: use "
+                         "oracle='exact', or stop='optimum' with an approximate oracle")
     scheme = method if method != "auto" else (
         "accelerated" if isinstance(the_oracle, ExactOracle) and stop == "optimum" else "md")
     dtype = jnp.result_type(float)
@@ -437,6 +458,11 @@ def prox_pgm(
         alpha0 = None  # from the curvature at the start, inside the compiled program
 
     # -- iterate (in blocks when reporting progress) ------------------------------------------
+    if stop == "risk":
+        return _risk_fit(the_oracle, loss_fn, theta0, loop_data, total, estimated, network,
+                         measurements, start, iters=iters, alpha=alpha0, tol=tol,
+                         window=window, rng_key=rng_key, callback=callback,
+                         callback_every=callback_every)
     state, trace, objective_trace = mirror_descent(
         the_oracle, loss_fn, theta0, loop_data, total, iters=iters, alpha=alpha0, num_l1=num_l1,
         tol=tol, window=window, method=scheme, target=target, callback=callback,
@@ -479,6 +505,57 @@ def prox_pgm(
         elapsed=time.perf_counter() - start,
         extras=extras,
     )
+
+
+def _risk_fit(oracle: ExactOracle, loss_fn: MarginalLoss, theta0: Array, groups: Any,
+              total: float, estimated: bool, network: MarkovNetwork,
+              measurements: Sequence[Measurement], start: float, **options: Any) -> Result:
+    """``prox_pgm(stop="risk")``: the path's iterate of least estimated risk
+    (:mod:`~numpyro_dpgm.estimation.risk_stop`)."""
+    iters = options["iters"]
+    level = expected_noise_loss(measurements, "l2")
+    state, trace, risk_trace = risk_path(oracle, loss_fn, theta0, groups, total, level=level,
+                                         **options)
+    md = state.md
+    waited = bool(md.converged) and int(state.pilot) >= 0 and (
+        int(md.t) - int(state.best_t) >= max(PATIENCE, int(state.best_t) - int(state.pilot)))
+    stopped_by = ("risk" if waited else "tolerance" if bool(md.converged)
+                  else "iteration limit")
+    if stopped_by == "iteration limit":
+        warn(f"prox_pgm(stop='risk') reached max_iters={iters} before its rule fired: the "
+             "estimated risk was still "
+             + ("above the discrepancy level (no iterate compared yet)" if int(state.pilot) < 0
+                else f"falling {int(md.t) - int(state.best_t)} iterations before the end")
+             + ". The fit is the best iterate so far; raise max_iters.",
+             ProxPGMConvergenceWarning)
+    model = MarkovRandomField(network, state.best_theta)
+    extras = {
+        **total_extras(total, estimated),
+        "marginals": network.unflatten(state.best_mu),
+        "log_partition": state.best_log_z,
+        "step_size": float(md.alpha),
+        "initial_step_size": float(md.initial_alpha),
+        "rejected_steps": int(md.rejected),
+        "objective_trace": jnp.asarray(trace),
+        "method": "md",
+        "restarts": 0,
+        "smoothing": 0.0,
+        "loss_kinds": ("l2",) * len(measurements),
+        "oracle": oracle,
+        "oracle_state": md.oracle_state,
+        "model_fit": "oracle",
+        "stopped_by": stopped_by,
+        "discrepancy_level": level,
+        "selected_iteration": int(state.best_t),
+        "pilot_iteration": int(state.pilot) if int(state.pilot) >= 0 else None,
+        "risk": float(state.best_risk),
+        "degrees_of_freedom": float(state.best_df),
+        "risk_trace": jnp.asarray(risk_trace),
+        "final_loss": float(md.loss),
+    }
+    return Result(model=model, loss_trace=jnp.asarray(trace), iterations=int(md.t),
+                  converged=bool(md.converged), elapsed=time.perf_counter() - start,
+                  extras=extras)
 
 
 def answer_queries(

@@ -1,0 +1,165 @@
+"""``prox_pgm(stop="risk")``: the mirror-descent path from the maximum-entropy point, stopped at
+its iterate of least estimated risk (SURE, with a divergence by forward-mode differentiation)."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_prox_pgm import table_measurements
+
+from numpyro_dpgm import MarkovNetwork, MarkovRandomField
+from numpyro_dpgm.estimation.losses import build_terms, group_answers, group_terms
+from numpyro_dpgm.estimation.mirror_descent import MarginalLoss
+from numpyro_dpgm.estimation.prox_pgm import ProxPGMConvergenceWarning, prox_pgm
+from numpyro_dpgm.estimation.risk_stop import PROBES, risk_path
+from numpyro_dpgm.inference.oracles import ExactOracle
+from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
+
+TREE = MarkovNetwork({"a": 2, "b": 3, "c": 2}, [("a", "b"), ("b", "c")])
+
+
+def _setup(net, ms):
+    terms, data = build_terms(net, ms, "l2")
+    kinds, groups = group_terms(net, terms, data)
+    return MarginalLoss(kinds), groups
+
+
+def _path(net, ms, total, *, level, iters, tol=0.0, **options):
+    loss_fn, groups = _setup(net, ms)
+    alpha = 1.0 / (total * max(1.0 / m.noise.variance for m in ms) * 6)
+    return risk_path(ExactOracle(net), loss_fn, jnp.zeros(net.num_params), groups, total,
+                     iters=iters, alpha=alpha, tol=tol, window=10, level=level, **options)
+
+
+def _unit_probes(groups, indices):
+    """``√PROBES·e_i`` for the answers ``indices`` (flat over the groups), zero probes past
+    them: the probe estimate is then exactly ``Σ_{i ∈ indices} ∂ŷ_i/∂y_i``."""
+    sizes = [int(g.values.size) for g in groups]
+    flat = np.zeros((PROBES, sum(sizes)))
+    for k, i in enumerate(indices):
+        flat[k, i] = math.sqrt(PROBES)
+    parts = np.split(flat, np.cumsum(sizes)[:-1], axis=1)
+    return tuple(jnp.asarray(p.reshape(PROBES, *g.values.shape))
+                 for p, g in zip(parts, groups, strict=True))
+
+
+def _exact_divergence(net, ms, total, state_fn):
+    """``Σ_i ∂ŷ_i/∂y_i`` of the path's end, summed over blocks of unit probes."""
+    _, groups = _setup(net, ms)
+    m = sum(int(g.values.size) for g in groups)
+    return sum(float(state_fn(_unit_probes(groups, range(s, min(s + PROBES, m)))).df)
+               for s in range(0, m, PROBES))
+
+
+def test_divergence_of_the_saturated_optimum_is_its_trace():
+    """One 2×2 table, the model saturated: the optimum is ``y + (N − Σy)/4`` (interior), whose
+    Jacobian ``I − 11ᵀ/4`` has trace 3; the tangents of the converged path give it."""
+    net = MarkovNetwork({"a": 2, "b": 2}, [("a", "b")])
+    ms = [Measurement(("a", "b"), np.array([30.0, 10.0, 20.0, 45.0]), Gaussian(1.0))]
+    state, _, _ = _path(net, ms, 100.0, level=-math.inf, iters=5000, tol=-1.0,
+                        probes=_unit_probes(_setup(net, ms)[1], range(4)))
+    answers = np.concatenate([np.ravel(a) for a in group_answers(state.md.mu,
+                                                                  _setup(net, ms)[1])])
+    np.testing.assert_allclose(answers, [28.75, 8.75, 18.75, 43.75], atol=1e-8)
+    # the path stops moving once no step decreases the loss in floating point, and with it
+    # the tangents: to 1e-6 here
+    assert float(state.df) == pytest.approx(3.0, abs=1e-6)
+
+
+def test_divergence_matches_finite_differences_of_the_optimum():
+    """A tree of two tables and a one-way table: the path's divergence at its end equals the
+    trace of the optimum's Jacobian by central differences of fits to perturbed measurements,
+    and both equal 8, the dimension of the tree's consistent marginals (2·3 + 3·2 − 3 − 1; an
+    interior least-squares optimum with equal variances is the projection onto them)."""
+    rng = np.random.default_rng(5)
+    theta = rng.normal(size=TREE.num_params)
+    noise = Gaussian(2.0)
+    ms = table_measurements(TREE, theta, 200.0, noise, rng, [("a", "b"), ("b", "c"), ("b",)])
+
+    def answer(measurements, k, i):
+        fit = prox_pgm(measurements, TREE, total_count=200.0, tol=0.0, max_iters=20000)
+        return 200.0 * float(np.ravel(fit.model.marginal(measurements[k].clique))[i])
+
+    h, trace = 0.5, 0.0  # the interior optimum is affine in y: central differences are exact
+    for k, m in enumerate(ms):
+        for i in range(m.values.size):
+            sides = []
+            for sign in (1.0, -1.0):
+                y = np.array(m.values, dtype=float)
+                y[i] += sign * h
+                sides.append(answer([*ms[:k], Measurement(m.clique, y, m.noise), *ms[k + 1:]],
+                                    k, i))
+            trace += (sides[0] - sides[1]) / (2 * h)
+    df = _exact_divergence(TREE, ms, 200.0,
+                           lambda p: _path(TREE, ms, 200.0, level=-math.inf, iters=20000,
+                                           tol=-1.0, probes=p)[0])
+    assert df == pytest.approx(trace, abs=1e-5)
+    assert df == pytest.approx(8.0, abs=1e-5)  # the dimension of the tree's marginals
+
+
+def test_risk_estimate_is_unbiased_under_gaussian_noise():
+    """Stein: over 400 releases (new probes each), the mean of ``R̂_t`` at a fixed iteration
+    equals the mean whitened squared error of that iterate within 4 standard errors."""
+    rng = np.random.default_rng(11)
+    theta = 0.8 * rng.normal(size=TREE.num_params)
+    noise, total = Gaussian(5.0), 300.0
+    clean = table_measurements(TREE, theta, total, noise)
+    _, clean_groups = _setup(TREE, clean)
+    truth = np.concatenate([np.ravel(g.values) for g in clean_groups])
+    gaps = []
+    for r in range(400):
+        ms = table_measurements(TREE, theta, total, noise, rng)
+        state, _, _ = _path(TREE, ms, total, level=math.inf, iters=20,
+                            rng_key=jax.random.key(r))
+        assert int(state.md.t) == 20 and int(state.pilot) == 1
+        _, groups = _setup(TREE, ms)
+        fit = np.concatenate([np.ravel(a) for a in group_answers(state.md.mu, groups)])
+        gaps.append(float(state.risk) - float(np.sum((fit - truth) ** 2)) / noise.variance)
+    assert abs(np.mean(gaps)) <= 4 * np.std(gaps) / math.sqrt(len(gaps))
+
+
+def test_fit_is_the_selected_iterate_of_least_estimated_risk():
+    rng = np.random.default_rng(12)
+    theta = rng.normal(size=TREE.num_params)
+    ms = table_measurements(TREE, theta, 500.0, Laplace(20.0), rng)
+    fit = prox_pgm(ms, TREE, total_count=500.0, stop="risk", max_iters=5000)
+    x = fit.extras
+    assert fit.converged and x["stopped_by"] in ("risk", "tolerance")
+    assert x["pilot_iteration"] is not None
+    assert x["pilot_iteration"] <= x["selected_iteration"] <= fit.iterations
+    risk = np.asarray(x["risk_trace"])
+    assert np.isnan(risk[: x["pilot_iteration"]]).all()
+    assert np.nanmin(risk) == pytest.approx(x["risk"], rel=1e-12)
+    assert int(np.nanargmin(risk)) == x["selected_iteration"]
+    # the fit is the model at the selected iterate: its own marginals are the reported ones
+    model = MarkovRandomField(TREE, fit.model.theta)
+    for c in TREE.cliques:
+        np.testing.assert_allclose(500.0 * np.asarray(model.marginal(c)),
+                                   np.asarray(x["marginals"][c]), rtol=1e-9, atol=1e-9)
+    # the loss at the selected iterate is on the trace
+    assert float(fit.loss_trace[x["selected_iteration"]]) == pytest.approx(
+        float(np.nanmin(np.where(np.isnan(risk), np.inf, risk)) - 2 * x["degrees_of_freedom"]
+              + sum(np.size(m.values) for m in ms)) / 2, rel=1e-9)
+
+
+def test_iteration_limit_warns_and_returns_the_best_so_far():
+    rng = np.random.default_rng(13)
+    ms = table_measurements(TREE, rng.normal(size=TREE.num_params), 500.0, Laplace(5.0), rng)
+    with pytest.warns(ProxPGMConvergenceWarning, match="raise max_iters"):
+        fit = prox_pgm(ms, TREE, total_count=500.0, stop="risk", max_iters=3)
+    assert not fit.converged and fit.extras["stopped_by"] == "iteration limit"
+    assert fit.iterations == 3
+
+
+def test_bad_options():
+    ms = [Measurement(("a", "b"), np.ones(6), Gaussian(1.0))]
+    with pytest.raises(ValueError, match="use loss='l2'"):
+        prox_pgm(ms, TREE, stop="risk", loss="l1")
+    with pytest.raises(ValueError, match="mirror-descent path"):
+        prox_pgm(ms, TREE, stop="risk", method="accelerated")
+    with pytest.raises(ValueError, match="exact oracle"):
+        prox_pgm(ms, TREE, stop="risk", oracle="convex_gbp")
