@@ -24,7 +24,7 @@ whose error was 1.35× the best on the path, the Laplace weights one within 1.01
 The divergence is computed by forward-mode differentiation of the path in ``y``, with the step
 sizes and the accepted steps held fixed (they are piecewise constant in ``y``): each accepted
 step ``θ_{t+1} = θ_t − α_t ∇L(μ(θ_t); y)`` carries the tangents
-``θ̇_{t+1} = θ̇_t − α_t \dot{∇L}_t``, where ``\dot{∇L}_t`` and ``\dot ŷ_t`` are the JVP of
+``θ̇_{t+1} = θ̇_t − α_t \\dot{∇L}_t``, where ``\\dot{∇L}_t`` and ``\\dot ŷ_t`` are the JVP of
 ``(θ, y) ↦ (∇L(μ(θ); y), Qμ(θ))`` along ``(θ̇_t, v)``. ``Σ_i w_i ∂ŷ_i/∂y_i`` is Hutchinson's
 estimate ``mean_k Σ_i w_i v_{k,i} (J v_k)_i`` over :data:`PROBES` Rademacher probes ``v_k``,
 the same along the whole path (so the differences of ``R̂_t`` between iterates have far less
@@ -54,7 +54,7 @@ __all__ = ["PATIENCE", "PROBES", "RiskState", "risk_path"]
 Array = Any
 
 #: Rademacher probes of the divergence estimate.
-PROBES = 4
+PROBES = 1
 #: The least number of iterations without improvement before the path stops.
 PATIENCE = 50
 
@@ -66,9 +66,9 @@ class RiskState(NamedTuple):
     ----------
     md : ProxPGMState
         The mirror-descent iterate.
-    theta_dot, grad_dot : arrays ``(PROBES, P)``
+    theta_dot, grad_dot : arrays ``(K, P)``
         Tangents of ``θ_t`` and of ``∇L`` at ``μ_t`` along each probe.
-    answer_dot : tuple of arrays ``(PROBES, T, k)``
+    answer_dot : tuple of arrays ``(K, T, k)``
         Tangents of the answers ``ŷ_t`` per loss group.
     weights : tuple of arrays ``(T, k)``
         The divergence weights ``w_i`` (1 until the discrepancy iterate).
@@ -169,7 +169,8 @@ def _risk_init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, the
     weights = tuple(jnp.ones_like(g.values) for g in groups)
     nan = jnp.full((), jnp.nan, theta.dtype)
     return RiskState(
-        md=md, theta_dot=jnp.zeros((PROBES, theta.shape[0]), theta.dtype), grad_dot=grad_dot,
+        md=md, theta_dot=jnp.zeros((probes[0].shape[0], theta.shape[0]), theta.dtype),
+        grad_dot=grad_dot,
         answer_dot=answer_dot, weights=weights, pilot=-jnp.ones((), jnp.int32), df=zero,
         risk=nan, best_theta=md.theta, best_mu=md.mu, best_log_z=md.log_z, best_loss=md.loss,
         best_df=zero, best_risk=nan, best_t=md.t)
@@ -269,10 +270,10 @@ def risk_path(
         The discrepancy level ``m/2`` (the pilot iterate is the first with ``L ≤ level``).
     rng_key : JAX PRNG key, optional
         Draws the Rademacher probes; default ``jax.random.key(0)``.
-    probes : tuple of arrays ``(PROBES, T, k)``, optional
-        The probe vectors ``v_k`` per group instead of Rademacher draws (any ``v`` with
-        ``E[v vᵀ] = I`` gives an unbiased divergence; ``√PROBES`` times unit vectors give it
-        exactly when there are ``PROBES`` answers).
+    probes : tuple of arrays ``(K, T, k)``, optional
+        ``K`` probe vectors ``v_k`` per group instead of :data:`PROBES` Rademacher draws (any
+        ``v`` with ``E[v vᵀ] = I`` gives an unbiased divergence; ``√m`` times the ``m`` unit
+        vectors of the ``m`` answers give it exactly).
     callback, callback_every :
         As for :func:`~numpyro_dpgm.estimation.mirror_descent.mirror_descent`.
 

@@ -109,6 +109,7 @@ def mst(
     neighbours: str = "add_remove",
     conversion: Conversion = "cks20",
     iters: int = 10_000,
+    stop: str = "optimum",
     callback: Callable[[int, dict], None] | None = None,
 ) -> Result:
     """MST (McKenna, Miklau & Sheldon 2021): see the module notes for every step and constant.
@@ -246,7 +247,7 @@ def mst(
 
     # 5. generate
     tic = time.perf_counter()
-    refit = Refit(cdom, iters)
+    refit = Refit(cdom, iters, stop=stop)
     model = refit(log1 + log2, oneway + cliques)
     seconds["generate"] = time.perf_counter() - tic
     if callback is not None:

@@ -100,6 +100,9 @@ class Refit:
         Prox-PGM's marginal oracle.
     total_count : float, optional
         ``N`` when public; ``None`` estimates it from the measurements.
+    stop : {"optimum", "risk", "discrepancy"}
+        Prox-PGM's stopping rule (``"risk"`` and ``"discrepancy"`` fit from the uniform
+        distribution, not from the previous potentials).
 
     Attributes
     ----------
@@ -114,8 +117,9 @@ class Refit:
     """
 
     def __init__(self, domain: Domain, iters: int, oracle: str | Callable = "exact",
-                 total_count: float | None = None):
+                 total_count: float | None = None, stop: str = "optimum"):
         self.domain, self.iters, self.oracle, self.total_count = domain, iters, oracle, total_count
+        self.stop = stop
         self.model: MarkovRandomField | None = None
         self.fit: Result | None = None
         self.costs: list[dict[str, Any]] = []
@@ -133,7 +137,7 @@ class Refit:
         previous fit's cliques), warm-started from the previous potentials."""
         network = MarkovNetwork(self.domain, list(cliques))
         init = None
-        if self.model is not None:
+        if self.model is not None and self.stop == "optimum":
             init = embed_theta(self.model.network, self.model.theta, network)
         merged = merge_measurements(measurements)
         structure = (network, tuple((tuple(m.clique), m.query is None) for m in merged))
@@ -146,7 +150,7 @@ class Refit:
             warnings.simplefilter("ignore", SparseTableWarning)
             fit = prox_pgm(merged, network,
                            total_count=self.total_count, max_iters=iters or self.iters,
-                           oracle=self.oracle, init=init)
+                           oracle=self.oracle, init=init, stop=self.stop)
         self.costs.append({"seconds": time.perf_counter() - start,
                            "compile_seconds": compiled["seconds"],
                            "compiles": compiled["compiles"], "iterations": fit.iterations,

@@ -15,7 +15,7 @@ from numpyro_dpgm import MarkovNetwork, MarkovRandomField
 from numpyro_dpgm.estimation.losses import build_terms, group_answers, group_terms
 from numpyro_dpgm.estimation.mirror_descent import MarginalLoss
 from numpyro_dpgm.estimation.prox_pgm import ProxPGMConvergenceWarning, prox_pgm
-from numpyro_dpgm.estimation.risk_stop import PROBES, risk_path
+from numpyro_dpgm.estimation.risk_stop import risk_path
 from numpyro_dpgm.inference.oracles import ExactOracle
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
 
@@ -35,24 +35,15 @@ def _path(net, ms, total, *, level, iters, tol=0.0, **options):
                      iters=iters, alpha=alpha, tol=tol, window=10, level=level, **options)
 
 
-def _unit_probes(groups, indices):
-    """``√PROBES·e_i`` for the answers ``indices`` (flat over the groups), zero probes past
-    them: the probe estimate is then exactly ``Σ_{i ∈ indices} ∂ŷ_i/∂y_i``."""
+def _unit_probes(groups):
+    """``√m`` times the ``m`` unit vectors of the answers: the probe estimate is then exactly
+    ``Σ_i ∂ŷ_i/∂y_i``."""
     sizes = [int(g.values.size) for g in groups]
-    flat = np.zeros((PROBES, sum(sizes)))
-    for k, i in enumerate(indices):
-        flat[k, i] = math.sqrt(PROBES)
+    m = sum(sizes)
+    flat = math.sqrt(m) * np.eye(m)
     parts = np.split(flat, np.cumsum(sizes)[:-1], axis=1)
-    return tuple(jnp.asarray(p.reshape(PROBES, *g.values.shape))
+    return tuple(jnp.asarray(p.reshape(m, *g.values.shape))
                  for p, g in zip(parts, groups, strict=True))
-
-
-def _exact_divergence(net, ms, total, state_fn):
-    """``Σ_i ∂ŷ_i/∂y_i`` of the path's end, summed over blocks of unit probes."""
-    _, groups = _setup(net, ms)
-    m = sum(int(g.values.size) for g in groups)
-    return sum(float(state_fn(_unit_probes(groups, range(s, min(s + PROBES, m)))).df)
-               for s in range(0, m, PROBES))
 
 
 def test_divergence_of_the_saturated_optimum_is_its_trace():
@@ -61,7 +52,7 @@ def test_divergence_of_the_saturated_optimum_is_its_trace():
     net = MarkovNetwork({"a": 2, "b": 2}, [("a", "b")])
     ms = [Measurement(("a", "b"), np.array([30.0, 10.0, 20.0, 45.0]), Gaussian(1.0))]
     state, _, _ = _path(net, ms, 100.0, level=-math.inf, iters=5000, tol=-1.0,
-                        probes=_unit_probes(_setup(net, ms)[1], range(4)))
+                        probes=_unit_probes(_setup(net, ms)[1]))
     answers = np.concatenate([np.ravel(a) for a in group_answers(state.md.mu,
                                                                   _setup(net, ms)[1])])
     np.testing.assert_allclose(answers, [28.75, 8.75, 18.75, 43.75], atol=1e-8)
@@ -94,9 +85,9 @@ def test_divergence_matches_finite_differences_of_the_optimum():
                 sides.append(answer([*ms[:k], Measurement(m.clique, y, m.noise), *ms[k + 1:]],
                                     k, i))
             trace += (sides[0] - sides[1]) / (2 * h)
-    df = _exact_divergence(TREE, ms, 200.0,
-                           lambda p: _path(TREE, ms, 200.0, level=-math.inf, iters=20000,
-                                           tol=-1.0, probes=p)[0])
+    state, _, _ = _path(TREE, ms, 200.0, level=-math.inf, iters=20000, tol=-1.0,
+                        probes=_unit_probes(_setup(TREE, ms)[1]))
+    df = float(state.df)
     assert df == pytest.approx(trace, abs=1e-5)
     assert df == pytest.approx(8.0, abs=1e-5)  # the dimension of the tree's marginals
 
