@@ -204,6 +204,26 @@ def test_fit_prox_pgm_and_naive(tmp_path, chain):
     assert len(data) == 1304 and isinstance(data["Sex"].dtype, pd.CategoricalDtype)
 
 
+def test_fit_prox_pgm_stop_rules(tmp_path, chain):
+    """--stop is prox_pgm's stop; the summary names the iterate of least estimated risk."""
+    from numpyro_dpgm.cli._fit import STOP_RULES
+    from numpyro_dpgm.estimation.prox_pgm import STOP_RULES as RULES
+
+    assert set(STOP_RULES) == set(RULES)
+    meas = chain[0]["meas"]
+    output = _ok(["fit", meas, "--method", "prox-pgm", "--stop", "risk", "--iters", 5000,
+                  "-o", tmp_path / "r.json"])
+    fitted = load_model(tmp_path / "r.json")
+    assert fitted.provenance["options"] == {"max_iters": 5000, "stop": "risk"}
+    assert re.search(r"least estimated risk at iteration \d+ \(stopped by (risk|tolerance)\)",
+                     output), output
+    out = tmp_path / "x.json"
+    _fails(["fit", meas, "--method", "naive", "--stop", "risk", "-o", out],
+           "--stop applies to --method prox-pgm only", out)
+    _fails(["fit", meas, "--method", "prox-pgm", "--stop", "early", "-o", out],
+           "unknown --stop 'early'", out)
+
+
 def test_fit_any_registered_estimator(tmp_path, chain):
     """--method selects from the estimators' registry; --seed is a stochastic one's rng_key."""
     meas = chain[0]["meas"]

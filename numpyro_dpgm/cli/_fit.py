@@ -30,6 +30,9 @@ def _registry() -> dict:
 
     return ESTIMATORS
 
+#: ``--stop`` of ``--method prox-pgm`` (``prox_pgm``'s ``stop``; spelled out, as above).
+STOP_RULES = ("optimum", "risk", "discrepancy")
+
 #: Estimators that take randomness (``--seed`` gives their ``rng_key``).
 STOCHASTIC = ("mcem", "variational-em", "posterior-mean")
 
@@ -55,6 +58,10 @@ def fit(
         help="nuts only: exact (an exact Gibbs update of the latent count tables inside NUTS), "
              "relaxed (the continuous relaxation of the counts), or auto (exact where the "
              "relaxation would leak over 1 % of the records into near-empty cells)")] = "auto",
+    stop: Annotated[str | None, typer.Option(
+        help="prox-pgm only: optimum (default: the minimiser of the loss), risk (the "
+             "mirror-descent path's iterate of least estimated error, Stein's unbiased risk "
+             "estimate) or discrepancy (the path stopped at the noise level)")] = None,
     seed: Annotated[int, typer.Option(
         help="seed of the stochastic methods (nuts, mcem, variational-em, "
              "posterior-mean)")] = 0,
@@ -80,6 +87,10 @@ def fit(
             raise ValueError(f"--chains must be at least 1, got {chains}")
         if path not in NUTS_PATHS:
             raise ValueError(f"unknown --path {path!r}; choose one of {list(NUTS_PATHS)}")
+        if stop is not None and method != "prox-pgm":
+            raise ValueError(f"--stop applies to --method prox-pgm only, not {method}")
+        if stop is not None and stop not in STOP_RULES:
+            raise ValueError(f"unknown --stop {stop!r}; choose one of {list(STOP_RULES)}")
         _check_output(out, force=force, inputs=(measurements,))
         saved = load_measurements(measurements)
         cliques = list(dict.fromkeys(m.clique for m in saved.measurements))
@@ -98,7 +109,8 @@ def fit(
         else:
             # an estimated N is the estimator's own (rounded where latent counts need an integer)
             result, options = _run_fit(method, saved.measurements, network,
-                                       None if n_source == "estimated" else n, iters, seed)
+                                       None if n_source == "estimated" else n, iters, seed,
+                                       stop)
             n = float(result.extras["total_count"])
         elapsed = time.perf_counter() - t0
         provenance = {
@@ -136,6 +148,12 @@ def fit(
 def _stop_status(result: Any) -> str:
     """Why a fit stopped, from its ``converged`` flag and the estimator's ``stop_reason`` and
     ``kept_start`` extras where it reports them."""
+    selected = result.extras.get("selected_iteration")
+    if selected is not None:
+        what = (f"least estimated risk at iteration {selected}" if result.converged
+                else f"iteration limit reached, least estimated risk so far at iteration "
+                     f"{selected}")
+        return f"{what} (stopped by {result.extras['stopped_by']})"
     if result.converged:
         return "converged"
     if result.extras.get("kept_start"):
@@ -172,9 +190,11 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
 
 
 def _run_fit(method: str, measurements: list[Any], network: Any, total: float | None,
-             iters: int | None, seed: int) -> tuple[Any, dict[str, Any]]:
+             iters: int | None, seed: int,
+             stop: str | None = None) -> tuple[Any, dict[str, Any]]:
     """The registered estimator ``method`` with the contract's options: ``--iters`` is its
-    ``max_iters`` (its own default when not given), progress comes through ``callback``."""
+    ``max_iters`` (its own default when not given), progress comes through ``callback``;
+    ``stop`` is Prox-PGM's stopping rule."""
     import inspect
 
     import jax
@@ -184,7 +204,9 @@ def _run_fit(method: str, measurements: list[Any], network: Any, total: float | 
     options: dict[str, Any] = {"max_iters": limit}
     if method in STOCHASTIC:
         options["seed"] = seed
+    extra = {} if stop is None else {"stop": stop}
+    options.update(extra)
     with _progress(method, limit) as advance:
         result = estimator(measurements, network, total_count=total, rng_key=jax.random.key(seed),
-                           max_iters=limit, callback=lambda i, _loss: advance(int(i)))
+                           max_iters=limit, callback=lambda i, _loss: advance(int(i)), **extra)
     return result, options
