@@ -212,17 +212,24 @@ def _warm_marginals(oracle: MarginalOracle) -> bool:
 
 def _md_step(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, s: ProxPGMState,
              data: Any, total: Array) -> ProxPGMState:
-    """One mirror-descent trial with the Armijo test (one oracle call).
+    """One mirror-descent trial with the Armijo test (one oracle call; :func:`md_trial`)."""
+    theta_new = s.theta - s.alpha * s.grad
+    p_new, log_z_new, ostate_new = apply_oracle(oracle, operands, theta_new, s.oracle_state)
+    return md_trial(oracle, loss_fn, s, theta_new, p_new, log_z_new, ostate_new, data, total)
+
+
+def md_trial(oracle: MarginalOracle, loss_fn: MarginalLoss, s: ProxPGMState, theta_new: Array,
+             p_new: Array, log_z_new: Array, ostate_new: Any, data: Any,
+             total: Array) -> ProxPGMState:
+    """The Armijo test of the trial ``θ' = θ − α∇L`` whose oracle output is ``p_new`` etc.
 
     A trial that fails the test is rejected and halves ``α``. With an oracle whose marginals
     depend on its warm-started state (a few Convex-GBP sweeps per call) a finite trial is taken
     even then, with ``α`` halved: rejecting it would rerun the same sweeps from the same
     messages, so once one trial failed every later one would fail too and the fit would stall
     (as it did at 10⁴ cliques, one sweep per call, after a single step). The monitored
-    objective is then the best one so far.
+    objective is then the best one so far. ``rejected`` counts the failed tests.
     """
-    theta_new = s.theta - s.alpha * s.grad
-    p_new, log_z_new, ostate_new = apply_oracle(oracle, operands, theta_new, s.oracle_state)
     mu_new = total * p_new
     obj_new, grad_new = jax.value_and_grad(loss_fn)(mu_new, data, s.smooth)
     predicted = jnp.vdot(s.grad, s.mu - mu_new)  # ≥ 0: ∇A is monotone

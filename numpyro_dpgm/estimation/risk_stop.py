@@ -26,14 +26,18 @@ sizes and the accepted steps held fixed (they are piecewise constant in ``y``): 
 step ``θ_{t+1} = θ_t − α_t ∇L(μ(θ_t); y)`` carries the tangents
 ``θ̇_{t+1} = θ̇_t − α_t \\dot{∇L}_t``, where ``\\dot{∇L}_t`` and ``\\dot ŷ_t`` are the JVP of
 ``(θ, y) ↦ (∇L(μ(θ); y), Qμ(θ))`` along ``(θ̇_t, v)``. ``Σ_i w_i ∂ŷ_i/∂y_i`` is Hutchinson's
-estimate ``mean_k Σ_i w_i v_{k,i} (J v_k)_i`` over :data:`PROBES` Rademacher probes ``v_k``,
-the same along the whole path (so the differences of ``R̂_t`` between iterates have far less
-noise than ``R̂_t`` itself).
+estimate ``mean_k Σ_i w_i v_{k,i} (J v_k)_i`` over :data:`PROBES` Rademacher probes ``v_k``
+(one by default), the same along the whole path: the pick depends on the differences of
+``R̂_t`` between iterates, which have far less noise than ``R̂_t`` itself. On Adult's tree
+workload three probe draws picked fits within 0.2 % (ε = 1) and 1.2 % (ε = 0.1) of each
+other's error, and four probes gave the same errors as one to within that spread. The
+reported ``risk`` of one iterate is noisier (standard deviation about ``√(2·df)``).
 
 The path stops once ``R̂_t`` has not improved for as many iterations as it took from the
 discrepancy iterate to the best one (at least :data:`PATIENCE` iterations), at the optimum (the
 ``tol`` rule) or at the iteration limit; the fit returned is the iterate of least ``R̂_t``.
-Each accepted step costs one oracle call and :data:`PROBES` oracle JVPs.
+Each step costs one oracle JVP along the :data:`PROBES` tangents (the trial and its tangents
+together).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import numpy as np
 
 from ..inference.oracles import MarginalOracle, apply_oracle, oracle_operands
 from .losses import TermGroup, group_answers
-from .mirror_descent import BLOCK, MarginalLoss, ProxPGMState, _init, _md_step, run_blocks
+from .mirror_descent import BLOCK, MarginalLoss, ProxPGMState, _init, md_trial, run_blocks
 
 __all__ = ["PATIENCE", "PROBES", "RiskState", "risk_path"]
 
@@ -107,28 +111,33 @@ def _probes(rng_key: Any, groups: tuple[TermGroup, ...]) -> tuple[Array, ...]:
                  for part, g in zip(jnp.split(flat, cuts, axis=1), groups, strict=True))
 
 
-def _outputs(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: Array,
-             values: tuple[Array, ...], groups: tuple[TermGroup, ...],
-             total: Array) -> tuple[Array, tuple[Array, ...]]:
-    """``(∇L(μ(θ); y), ŷ(θ))`` as a function of ``θ`` and the measured values ``y``."""
-    data = tuple(g._replace(values=v) for g, v in zip(groups, values, strict=True))
-    p, _, _ = apply_oracle(oracle, operands, theta, oracle.init_state())
-    mu = total * p
-    grad = jax.grad(loss_fn)(mu, data, jnp.zeros((), mu.dtype))
-    return grad, group_answers(mu, data)
+def _trial(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: Array,
+           theta_dot: Array, probes: tuple[Array, ...], groups: tuple[TermGroup, ...],
+           total: Array) -> tuple[tuple[Array, Array], Array, tuple[Array, ...]]:
+    """The oracle at a trial ``θ`` and the tangents there along ``(θ̇_k, v_k)``, every probe.
 
+    Returns ``(p, log Z)`` (computed once), the tangents of ``∇L(μ(θ); y)`` and those of the
+    answers ``ŷ = Qμ(θ)``: one oracle JVP gives both the trial and its tangents.
+    """
+    def call(t: Array) -> tuple[Array, Array]:
+        p, log_z, _ = apply_oracle(oracle, operands, t, oracle.init_state())
+        return p, log_z
 
-def _tangents(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: Array,
-              theta_dot: Array, probes: tuple[Array, ...], groups: tuple[TermGroup, ...],
-              total: Array) -> tuple[Array, tuple[Array, ...]]:
-    """Tangents of ``(∇L, ŷ)`` at ``θ`` along ``(θ̇_k, v_k)``, for every probe ``k``."""
+    primal, (p_dot, _) = jax.vmap(lambda td: jax.jvp(call, (theta,), (td,)),
+                                  out_axes=((None, None), (0, 0)))(theta_dot)
+    mu = total * primal[0]
     values = tuple(g.values for g in groups)
-    f = partial(_outputs, oracle, loss_fn, operands, groups=groups, total=total)
+    zero = jnp.zeros((), mu.dtype)
 
-    def one(td: Array, v: tuple[Array, ...]) -> tuple[Array, tuple[Array, ...]]:
-        return jax.jvp(f, (theta, values), (td, v))[1]
+    def grad_at(m: Array, vals: tuple[Array, ...]) -> Array:
+        data = tuple(g._replace(values=v) for g, v in zip(groups, vals, strict=True))
+        return jax.grad(loss_fn)(m, data, zero)
 
-    return jax.vmap(one)(theta_dot, probes)
+    mu_dot = total * p_dot
+    grad_dot = jax.vmap(lambda md, v: jax.jvp(grad_at, (mu, values), (md, v))[1])(mu_dot,
+                                                                                  probes)
+    answer_dot = jax.vmap(lambda md: group_answers(md, groups))(mu_dot)
+    return primal, grad_dot, answer_dot
 
 
 def _divergence(answer_dot: tuple[Array, ...], probes: tuple[Array, ...],
@@ -195,14 +204,17 @@ def _risk_block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, st
 
     def body(carry: tuple[RiskState, Array, Array]) -> tuple[RiskState, Array, Array]:
         r, trace, risk_trace = carry
-        s = _md_step(oracle, loss_fn, operands, r.md, groups, total)
+        theta_new = r.md.theta - r.md.alpha * r.md.grad
+        theta_dot_new = r.theta_dot - r.md.alpha * r.grad_dot
+        (p_new, log_z_new), grad_dot_new, answer_dot_new = _trial(
+            oracle, loss_fn, operands, theta_new, theta_dot_new, probes, groups, total)
+        s = md_trial(oracle, loss_fn, r.md, theta_new, p_new, log_z_new, r.md.oracle_state,
+                     groups, total)
         accepted = s.rejected == r.md.rejected
-        theta_dot = jnp.where(accepted, r.theta_dot - r.md.alpha * r.grad_dot, r.theta_dot)
-        grad_dot, answer_dot = jax.lax.cond(
-            accepted,
-            lambda: _tangents(oracle, loss_fn, operands, s.theta, theta_dot, probes, groups,
-                              total),
-            lambda: (r.grad_dot, r.answer_dot))
+        theta_dot, grad_dot, answer_dot = jax.tree.map(
+            lambda new, old: jnp.where(accepted, new, old),
+            (theta_dot_new, grad_dot_new, answer_dot_new),
+            (r.theta_dot, r.grad_dot, r.answer_dot))
         t = s.t + 1
         becomes_pilot = (r.pilot < 0) & (s.objective <= level)
         weights = jax.lax.cond(becomes_pilot, lambda: _laplace_weights(s.mu, groups),
