@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -357,13 +358,16 @@ def measurement_nll(network: MarkovNetwork, measurements: Sequence[Measurement],
     ``"auto"`` loss of Prox-PGM: L1 for Laplace-family, L2 for Gaussian-family noise) at the
     expected counts of the model with log-potentials ``θ``, as a float.
 
-    The common ``loss_trace`` of the EM estimators (one value per iterate ``θ_k``).
+    The common ``loss_trace`` of the EM estimators (one value per iterate ``θ_k``). One
+    compiled program per network and loss terms: the values, weights and total are its data.
     """
     terms, data = build_terms(network, measurements, "auto")
+    total_arr = jnp.asarray(float(total))
+    return lambda theta: float(_nll(network, terms, jnp.asarray(theta), data, total_arr))
 
-    @jax.jit
-    def loss(theta: Any) -> Any:
-        mu = network.flatten(jt.marginals(network, theta)) * total
-        return terms_loss(network, terms, mu, data, jnp.asarray(0.0, mu.dtype))
 
-    return lambda theta: float(loss(jnp.asarray(theta)))
+@partial(jax.jit, static_argnums=(0, 1))
+def _nll(network: MarkovNetwork, terms: tuple[LossTerm, ...], theta: Array,
+         data: tuple[TermData, ...], total: Array) -> Array:
+    mu = network.flatten(jt.marginals(network, theta)) * total
+    return terms_loss(network, terms, mu, data, jnp.asarray(0.0, mu.dtype))

@@ -315,3 +315,24 @@ def test_mwem_pgm_old_spellings_warn_and_agree() -> None:
     for name in ("'workload'", "'budget'", "'rounds'", "'key'"):
         assert any(name in m for m in messages), messages
     np.testing.assert_array_equal(np.asarray(old.model.theta), np.asarray(new.model.theta))
+
+
+def test_measurement_nll_compiles_once_per_structure() -> None:
+    """A new release of the same structure reuses the program; its value is the loss."""
+    from numpyro_dpgm.estimation import losses
+
+    theta = np.zeros(NET.num_params)
+    measurement_nll(NET, MS, N)(theta)
+    size = losses._nll._cache_size()
+    shifted = [Measurement(m.clique, np.asarray(m.values) + 1.0, m.noise) for m in MS]
+    value = measurement_nll(NET, shifted, 2 * N)(theta)
+    assert losses._nll._cache_size() == size
+    # θ = 0 is the uniform model: every cell of a measured table expects 2N/cells records
+    terms, data = losses.build_terms(NET, shifted, "auto")
+    expected = sum(
+        (float(np.sum(np.abs(r)) * float(d.weight)) if t.kind == "l1"
+         else 0.5 * float(d.weight) * float(np.sum(r ** 2)))
+        for t, d in zip(terms, data, strict=True)
+        for r in [np.full(np.size(d.values), 2 * N / NET.domain.size(t.clique))
+                  - np.asarray(d.values)])
+    assert value == pytest.approx(expected, rel=1e-12)
