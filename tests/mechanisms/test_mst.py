@@ -78,6 +78,17 @@ def test_huge_budget_finds_the_chain_and_reproduces_its_marginals(chain_records)
     assert np.all(np.abs(np.bincount(synth[first], minlength=2) - expected) < 1)
 
 
+def test_final_fit_at_the_least_estimated_risk(chain_records):
+    """``stop="risk"``: the final fit is the mirror-descent path's iterate of least estimated
+    risk, from the uniform start; the budget is the same as with the default."""
+    fit = mst(chain_records, CHAIN, budget=ZCDP(0.3), rng_key=0, stop="risk", sampler="jax",
+              iters=5000)
+    final = fit.extras["fit"]
+    assert final.extras["stopped_by"] in ("risk", "tolerance")
+    assert 1 <= final.extras["selected_iteration"] <= final.iterations
+    assert fit.extras["ledger"].spent == pytest.approx(0.3, rel=1e-12)
+
+
 def test_compression_merges_rare_values_and_the_model_covers_the_original_domain():
     rng = np.random.default_rng(3)
     dom = Domain({"x": 6, "y": 2})
