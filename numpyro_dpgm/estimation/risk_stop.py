@@ -280,8 +280,8 @@ def risk_path(
         The ``tol`` rule: stop at the optimum.
     level : float
         The discrepancy level ``m/2`` (the pilot iterate is the first with ``L ≤ level``).
-    rng_key : JAX PRNG key, optional
-        Draws the Rademacher probes; default ``jax.random.key(0)``.
+    rng_key : JAX PRNG key or int, optional
+        Draws the Rademacher probes (an int is a seed); default ``jax.random.key(0)``.
     probes : tuple of arrays ``(K, T, k)``, optional
         ``K`` probe vectors ``v_k`` per group instead of :data:`PROBES` Rademacher draws (any
         ``v`` with ``E[v vᵀ] = I`` gives an unbiased divergence; ``√m`` times the ``m`` unit
@@ -300,7 +300,9 @@ def risk_path(
     total_arr = jnp.asarray(total, dtype)
     operands = oracle_operands(oracle)
     if probes is None:
-        probes = _probes(jax.random.key(0) if rng_key is None else rng_key, groups)
+        if rng_key is None or isinstance(rng_key, int | np.integer):
+            rng_key = jax.random.key(0 if rng_key is None else int(rng_key))
+        probes = _probes(rng_key, groups)
     state = _risk_init(oracle, loss_fn, operands, theta, probes, groups, total_arr,
                        jnp.asarray(alpha, dtype), window=int(window))
     num_answers = jnp.asarray(float(sum(g.values.size for g in groups)), dtype)

@@ -137,6 +137,16 @@ def test_fit_is_the_selected_iterate_of_least_estimated_risk():
               + sum(np.size(m.values) for m in ms)) / 2, rel=1e-9)
 
 
+def test_probes_follow_rng_key_an_int_being_a_seed():
+    rng = np.random.default_rng(14)
+    ms = table_measurements(TREE, rng.normal(size=TREE.num_params), 500.0, Laplace(20.0), rng)
+    fits = [prox_pgm(ms, TREE, total_count=500.0, stop="risk", max_iters=5000, rng_key=k)
+            for k in (3, jax.random.key(3), None, jax.random.key(0))]
+    assert fits[0].extras["risk"] == fits[1].extras["risk"]
+    assert fits[2].extras["risk"] == fits[3].extras["risk"]
+    assert fits[0].extras["degrees_of_freedom"] != fits[2].extras["degrees_of_freedom"]
+
+
 def test_iteration_limit_warns_and_returns_the_best_so_far():
     rng = np.random.default_rng(13)
     ms = table_measurements(TREE, rng.normal(size=TREE.num_params), 500.0, Laplace(5.0), rng)
