@@ -102,6 +102,7 @@ LAYERS = {
     "numpyro_dpgm.estimation.mcem": ESTIMATION,
     "numpyro_dpgm.estimation.posterior_mean": ESTIMATION,
     "numpyro_dpgm.estimation.mirror_descent": ESTIMATION,
+    "numpyro_dpgm.estimation.risk_stop": ESTIMATION,
     "numpyro_dpgm.estimation.prox_pgm": ESTIMATION,
     "numpyro_dpgm.estimation.psgd": ESTIMATION,
     "numpyro_dpgm.estimation.frank_wolfe": ESTIMATION,
