@@ -25,7 +25,7 @@ from benchmarks import harness, workloads  # noqa: E402
 from benchmarks.__main__ import main as bench_main  # noqa: E402
 
 NAMES = {"appgm", "appgm_scale", "bayes", "cgm", "converge", "coverage", "em_variants", "gibbs",
-         "mechanisms", "oracle", "scale", "synth_memory"}
+         "mechanisms", "oracle", "scale", "stopping", "synth_memory"}
 SHARED = {"harness", "workloads"}
 
 
@@ -215,3 +215,19 @@ def test_converge_verdicts_from_curves() -> None:
     assert converge.verdict([ours]) is None
     truth = {("a",): np.array([3.0, 1.0])}
     assert converge.l1_error({("a",): np.array([2.0, 2.0])}, truth, 4.0) == 0.5
+
+
+def test_stopping_runs_and_writes_one_row_per_rule(tmp_path: Path) -> None:
+    """``python -m benchmarks stopping`` on two releases of the smallest problem: a row per
+    rule, errors against the records' true tables, the least one marked."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert bench_main(["stopping", "--releases", "2", "--problems", "cycle",
+                           "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "stopping.json").read_text())
+    rows = record["rows"]
+    assert [r["rule"] for r in rows] == ["optimum", "discrepancy", "risk"]
+    assert sum(r["best"] for r in rows) == 1
+    assert all(0 < r["l1_mean"] < 2 for r in rows)
+    with pytest.raises(SystemExit, match="--problems"):
+        bench_main(["stopping", "--problems", "nope", "--out", str(tmp_path)])
