@@ -18,8 +18,9 @@ density), i.e. ``w_i = (|e_i|/b + 1)/2``; the unknown ``|e_i|`` is replaced by t
 the first iterate that explains the measurements as well as the truth does in expectation
 (``L ≤ m/2``, the discrepancy level of
 :func:`~numpyro_dpgm.estimation.losses.expected_noise_loss`), and ``R̂_t`` is compared from that
-iterate on. On Adult's tree workload at ε = 0.1 the plain Gaussian weights picked an iterate
-whose error was 1.35× the best on the path, the Laplace weights one within 1.01×.
+iterate on. On Adult's tree workload at ε = 0.1 (one release, compared once by hand, not by a
+benchmark command) the plain Gaussian weights picked an iterate whose error was 1.35× the best
+on the path, the Laplace weights one within 1.01×.
 
 The divergence is computed by forward-mode differentiation of the path in ``y``, with the step
 sizes and the accepted steps held fixed (they are piecewise constant in ``y``): each accepted
@@ -29,8 +30,9 @@ step ``θ_{t+1} = θ_t − α_t ∇L(μ(θ_t); y)`` carries the tangents
 estimate ``mean_k Σ_i w_i v_{k,i} (J v_k)_i`` over :data:`PROBES` Rademacher probes ``v_k``
 (one by default), the same along the whole path: the pick depends on the differences of
 ``R̂_t`` between iterates, which have far less noise than ``R̂_t`` itself. On Adult's tree
-workload three probe draws picked fits within 0.2 % (ε = 1) and 1.2 % (ε = 0.1) of each
-other's error, and four probes gave the same errors as one to within that spread. The
+workload (one release, three probe draws, compared by hand) the picked fits were within
+0.2 % (ε = 1) and 1.2 % (ε = 0.1) of each other's error, and four probes gave the same errors
+as one to within that spread. The
 reported ``risk`` of one iterate is noisier (standard deviation about ``√(2·df)``).
 
 The path stops once ``R̂_t`` has not improved for as many iterations as it took from the
@@ -51,7 +53,15 @@ import numpy as np
 
 from ..inference.oracles import MarginalOracle, apply_oracle, oracle_operands
 from .losses import TermGroup, group_answers
-from .mirror_descent import BLOCK, MarginalLoss, ProxPGMState, _init, md_trial, run_blocks
+from .mirror_descent import (
+    BLOCK,
+    MarginalLoss,
+    ProxPGMState,
+    _init,
+    _pick,
+    md_trial,
+    run_blocks,
+)
 
 __all__ = ["PATIENCE", "PROBES", "RiskState", "risk_path"]
 
@@ -211,9 +221,8 @@ def _risk_block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, st
         s = md_trial(oracle, loss_fn, r.md, theta_new, p_new, log_z_new, r.md.oracle_state,
                      groups, total)
         accepted = s.rejected == r.md.rejected
-        theta_dot, grad_dot, answer_dot = jax.tree.map(
-            lambda new, old: jnp.where(accepted, new, old),
-            (theta_dot_new, grad_dot_new, answer_dot_new),
+        theta_dot, grad_dot, answer_dot = _pick(
+            accepted, (theta_dot_new, grad_dot_new, answer_dot_new),
             (r.theta_dot, r.grad_dot, r.answer_dot))
         t = s.t + 1
         becomes_pilot = (r.pilot < 0) & (s.objective <= level)
@@ -222,12 +231,10 @@ def _risk_block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, st
         pilot = jnp.where(becomes_pilot, t, r.pilot)
         df = _divergence(answer_dot, probes, weights)
         risk = jnp.where(pilot >= 0, 2.0 * s.objective - num_answers + 2.0 * df, jnp.nan)
-        better = (pilot >= 0) & ~(risk >= r.best_risk)  # NaN best before the pilot
-        better = better | (pilot < 0)
-        best = jax.tree.map(lambda new, old: jnp.where(better, new, old),
-                            (s.theta, s.mu, s.log_z, s.objective, df, risk, t),
-                            (r.best_theta, r.best_mu, r.best_log_z, r.best_loss, r.best_df,
-                             r.best_risk, r.best_t))
+        better = (pilot < 0) | ~(risk >= r.best_risk)  # the best risk is NaN at the pilot
+        best = _pick(better, (s.theta, s.mu, s.log_z, s.objective, df, risk, t),
+                     (r.best_theta, r.best_mu, r.best_log_z, r.best_loss, r.best_df,
+                      r.best_risk, r.best_t))
         past = s.recent[t % window]
         optimum = (t >= window) & (past - s.objective <= tol * jnp.maximum(1.0, s.objective))
         patience = jnp.maximum(PATIENCE, best[6] - pilot)
