@@ -146,13 +146,14 @@ def fit_ours(ms: list, network: Any, total: float, iters: int, factory: Callable
     t0 = time.perf_counter()
     try:  # same iters (same trace buffers) so that both compiled programs are reused below
         prox_pgm(ms, network, total_count=total, max_iters=iters, oracle=factory, tol=0.0,
-                 callback=stop_after_two_blocks, callback_every=block)
+                 stop="optimum", callback=stop_after_two_blocks, callback_every=block)
     except _WarmedUp:
         pass
     compile_s = time.perf_counter() - t0
     stamps: list[tuple[int, float]] = []
     load0 = load_average()
     fit = prox_pgm(ms, network, total_count=total, max_iters=iters, oracle=factory, tol=0.0,
+                   stop="optimum",
                    callback=lambda t, _loss: stamps.append((t, time.perf_counter())),
                    callback_every=block)
     tables = fit.extras["marginals"]

@@ -1,6 +1,6 @@
 """Prox-PGM's stopping rules over many releases: optimum, discrepancy principle, least risk.
 
-``prox_pgm(stop=...)`` with ``"optimum"`` (the default: the minimiser of the loss),
+``prox_pgm(stop=...)`` with ``"optimum"`` (the minimiser of the loss),
 ``"discrepancy"`` (the mirror-descent path from the uniform distribution, stopped at the noise
 level) and ``"risk"`` (the same path's iterate of least estimated risk, Stein's unbiased risk
 estimate), on small problems where many releases are cheap, each with its own kind of data:

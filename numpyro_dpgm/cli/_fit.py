@@ -31,7 +31,7 @@ def _registry() -> dict:
     return ESTIMATORS
 
 #: ``--stop`` of ``--method prox-pgm`` (``prox_pgm``'s ``stop``; spelled out, as above).
-STOP_RULES = ("optimum", "risk", "discrepancy")
+STOP_RULES = ("auto", "optimum", "risk", "discrepancy")
 
 #: Estimators that take randomness (``--seed`` gives their ``rng_key``).
 STOCHASTIC = ("mcem", "variational-em", "posterior-mean")
@@ -59,9 +59,11 @@ def fit(
              "relaxed (the continuous relaxation of the counts), or auto (exact where the "
              "relaxation would leak over 1 % of the records into near-empty cells)")] = "auto",
     stop: Annotated[str | None, typer.Option(
-        help="prox-pgm only: optimum (default: the minimiser of the loss), risk (the "
-             "mirror-descent path's iterate of least estimated error, Stein's unbiased risk "
-             "estimate) or discrepancy (the path stopped at the noise level)")] = None,
+        help="prox-pgm only: auto (default: risk where the path reaches the noise level "
+             "within a third of the iterations, else optimum), optimum (the minimiser of the "
+             "loss), risk (the mirror-descent path's iterate of least estimated error, Stein's "
+             "unbiased risk estimate) or discrepancy (the path stopped at the noise "
+             "level)")] = None,
     seed: Annotated[int, typer.Option(
         help="seed of the stochastic methods (nuts, mcem, variational-em, "
              "posterior-mean)")] = 0,
@@ -154,6 +156,10 @@ def _stop_status(result: Any) -> str:
                 else f"iteration limit reached, least estimated risk so far at iteration "
                      f"{selected}")
         return f"{what} (stopped by {result.extras['stopped_by']})"
+    if result.extras.get("risk_path_iterations"):
+        spent = (f"; the risk path had not reached the noise level after "
+                 f"{result.extras['risk_path_iterations']} iterations")
+        return ("converged" if result.converged else "iteration limit reached") + spent
     if result.converged:
         return "converged"
     if result.extras.get("kept_start"):

@@ -101,7 +101,7 @@ from .losses import (
 from .mirror_descent import ARMIJO_C, METHODS, MarginalLoss, ProxPGMState, mirror_descent
 from .naive import fit_mle
 from .result import Result
-from .risk_stop import PATIENCE, risk_path
+from .risk_stop import BUDGET, OPTIMUM, RISK, risk_path
 
 __all__ = [
     "ARMIJO_C",
@@ -120,9 +120,16 @@ Array = Any
 
 #: Default stopping tolerance (relative decrease of the loss over ``window`` iterations).
 DEFAULT_TOL = 1e-10
-#: Values of ``stop``: iterate to the optimum, to the noise level (discrepancy principle), or
-#: to the least estimated risk on the path (SURE).
-STOP_RULES = ("optimum", "discrepancy", "risk")
+#: Values of ``stop``: the least estimated risk where it applies and is affordable, else the
+#: optimum; iterate to the optimum, to the noise level (discrepancy principle), or to the least
+#: estimated risk on the path (SURE).
+STOP_RULES = ("auto", "optimum", "discrepancy", "risk")
+#: ``stop="auto"`` gives the risk path ``max_iters // AUTO_BUDGET_SHARE`` iterations to reach the
+#: noise level (the pilot iterate). The whole path took 3–4 times the pilot's iterations on
+#: Adult's tree workload and on Appendix C.4 (pilot 41, 269, 43, 246; least estimated risk at
+#: 82, 555, 73, 611; stopped at 132, 841, 123, 976), so a later pilot could not finish within
+#: ``max_iters``.
+AUTO_BUDGET_SHARE = 3
 
 
 class ProxPGMConvergenceWarning(UserWarning):
@@ -236,7 +243,7 @@ def prox_pgm(
     tol: float = DEFAULT_TOL,
     window: int = 10,
     callback_every: int = 100,
-    stop: str = "optimum",
+    stop: str = "auto",
 ) -> Result:
     """Fit a graphical model to noisy linear measurements of its marginals (Prox-PGM).
 
@@ -259,7 +266,7 @@ def prox_pgm(
         inverse-variance weighting (:func:`estimate_total`), clipped below at 1.
     rng_key : JAX PRNG key, optional
         Draws the probe vectors of ``stop="risk"``; ignored otherwise (Prox-PGM is
-        deterministic).
+        deterministic; ``stop="auto"`` takes the probes of ``jax.random.key(0)``).
     init : MarkovRandomField or array, optional
         Warm start: log-potentials in the network's layout (or a model over the same network),
         e.g. a previous fit's ``model``. ``None``: :func:`noisy_start` (the noisy tables of the
@@ -299,8 +306,16 @@ def prox_pgm(
         Number of iterations the stopping rule looks back over.
     callback_every : int
         Iterations between two calls of ``callback``.
-    stop : "optimum", "discrepancy" or "risk"
-        ``"optimum"`` (default): iterate to the minimiser of ``L`` (the ``tol`` rule).
+    stop : "auto", "optimum", "discrepancy" or "risk"
+        ``"auto"`` (default): ``"risk"`` where it applies (``loss="l2"``, the exact oracle,
+        ``method`` ``"auto"`` or ``"md"``, no ``init``: a warm start asks for the optimum
+        near it, not for a path from the maximum-entropy point) and the path reaches the
+        noise level within ``max_iters // 3`` iterations (:data:`AUTO_BUDGET_SHARE`), else
+        ``"optimum"``. At high noise the path is short and its fit the more accurate; at low
+        noise it is long and the optimum is nearly as good, so the budget spent on the path
+        (``extras["risk_path_iterations"]``; ``iterations`` counts the optimum's) is the
+        price of the choice. ``extras["stop"]`` names the rule that made the fit.
+        ``"optimum"``: iterate to the minimiser of ``L`` (the ``tol`` rule).
         ``"risk"``: the mirror-descent path from the uniform distribution (``init`` when
         given), and the fit is its iterate of least estimated squared error against the true
         tables: Stein's unbiased risk estimate ``2L − m + 2·df`` with the divergence ``df``
@@ -370,9 +385,16 @@ def prox_pgm(
     >>> numpyro.enable_x64()
     >>> from numpyro_dpgm.measurements import Gaussian, Measurement
     >>> y = np.array([[30.0, 10.0], [20.0, 40.0]])
-    >>> fit = prox_pgm([Measurement(("a", "b"), y, Gaussian(1.0))], {"a": 2, "b": 2})
+    >>> ms = [Measurement(("a", "b"), y, Gaussian(1.0))]
+    >>> fit = prox_pgm(ms, {"a": 2, "b": 2}, stop="optimum")
     >>> np.round(np.asarray(fit.extras["marginals"][("a", "b")]), 3).tolist()
     [[30.0, 10.0], [20.0, 40.0]]
+
+    By default the fit is the path's iterate of least estimated risk where that rule applies:
+
+    >>> fit = prox_pgm(ms, {"a": 2, "b": 2})
+    >>> fit.extras["stop"], fit.extras["selected_iteration"] <= fit.iterations
+    ('risk', True)
     """
     start = time.perf_counter()
     warn_if_float32("prox_pgm")
@@ -416,7 +438,8 @@ def prox_pgm(
     if method not in ("auto", *METHODS):
         raise ValueError(f"unknown method {method!r}; use 'auto', 'accelerated' or 'md'")
     if stop not in STOP_RULES:
-        raise ValueError(f"unknown stop {stop!r}; use 'optimum', 'discrepancy' or 'risk'")
+        raise ValueError(f"unknown stop {stop!r}; use 'auto', 'optimum', 'discrepancy' or "
+                         "'risk'")
     if stop == "risk" and method == "accelerated":
         raise ValueError("stop='risk' follows the mirror-descent path: use method='auto' or 'md'")
     if stop == "risk" and loss != "l2":
@@ -440,15 +463,14 @@ def prox_pgm(
     if stop == "risk" and not isinstance(the_oracle, ExactOracle):
         raise ValueError("stop='risk' differentiates the path through the exact oracle: use "
                          "oracle='exact', or stop='optimum' with an approximate oracle")
-    scheme = method if method != "auto" else (
-        "accelerated" if isinstance(the_oracle, ExactOracle) and stop == "optimum" else "md")
+    rule = stop
+    if stop == "auto":
+        risky = (custom is None and loss == "l2" and method != "accelerated" and init is None
+                 and isinstance(the_oracle, ExactOracle))
+        rule = "risk" if risky else "optimum"
     dtype = jnp.result_type(float)
-    theta0 = resolve_init(init, network)
-    if theta0 is None and custom is None and stop == "optimum":
-        theta0 = noisy_start(network, measurements, total)
+    given = resolve_init(init, network)
     target = expected_noise_loss(measurements, loss) if stop == "discrepancy" else -math.inf
-    theta0 = (jnp.zeros(network.num_params, dtype=dtype) if theta0 is None
-              else jnp.asarray(theta0, dtype=dtype))
 
     num_l1 = sum(int(d.values.size) for term, d in zip(terms, data, strict=False)
                  if term.kind == "l1") if custom is None else 0
@@ -463,11 +485,26 @@ def prox_pgm(
         alpha0 = None  # from the curvature at the start, inside the compiled program
 
     # -- iterate (in blocks when reporting progress) ------------------------------------------
-    if stop == "risk":
-        return _risk_fit(the_oracle, loss_fn, theta0, loop_data, total, estimated, network,
-                         measurements, start, iters=iters, alpha=alpha0, tol=tol,
-                         window=window, rng_key=rng_key, callback=callback,
-                         callback_every=callback_every)
+    spent = None
+    if rule == "risk":
+        budget = iters // AUTO_BUDGET_SHARE if stop == "auto" else None
+        theta_path = (jnp.zeros(network.num_params, dtype=dtype) if given is None
+                      else jnp.asarray(given, dtype=dtype))
+        fit = _risk_fit(the_oracle, loss_fn, theta_path, loop_data, total, estimated, network,
+                        measurements, start, stop, iters=iters, alpha=alpha0, tol=tol,
+                        window=window, budget=budget,
+                        rng_key=rng_key if stop == "risk" else None, callback=callback,
+                        callback_every=callback_every)
+        if fit is not None:
+            return fit
+        rule, spent = "optimum", budget  # the path did not reach the noise level in time
+    scheme = method if method != "auto" else (
+        "accelerated" if isinstance(the_oracle, ExactOracle) and rule == "optimum" else "md")
+    theta0 = given
+    if theta0 is None and custom is None and rule == "optimum":
+        theta0 = noisy_start(network, measurements, total)
+    theta0 = (jnp.zeros(network.num_params, dtype=dtype) if theta0 is None
+              else jnp.asarray(theta0, dtype=dtype))
     state, trace, objective_trace = mirror_descent(
         the_oracle, loss_fn, theta0, loop_data, total, iters=iters, alpha=alpha0, num_l1=num_l1,
         tol=tol, window=window, method=scheme, target=target, callback=callback,
@@ -501,6 +538,8 @@ def prox_pgm(
         "model_fit": model_fit,
         "stopped_by": stopped_by,
         "discrepancy_level": target if stop == "discrepancy" else None,
+        "stop": rule,
+        "risk_path_iterations": spent,
     }
     return Result(
         model=model,
@@ -514,23 +553,26 @@ def prox_pgm(
 
 def _risk_fit(oracle: ExactOracle, loss_fn: MarginalLoss, theta0: Array, groups: Any,
               total: float, estimated: bool, network: MarkovNetwork,
-              measurements: Sequence[Measurement], start: float, **options: Any) -> Result:
+              measurements: Sequence[Measurement], start: float, stop: str,
+              **options: Any) -> Result | None:
     """``prox_pgm(stop="risk")``: the path's iterate of least estimated risk
-    (:mod:`~numpyro_dpgm.estimation.risk_stop`)."""
+    (:mod:`~numpyro_dpgm.estimation.risk_stop`); ``None`` when the path spent its ``budget``
+    before reaching the noise level."""
     iters = options["iters"]
     level = expected_noise_loss(measurements, "l2")
     state, trace, risk_trace = risk_path(oracle, loss_fn, theta0, groups, total, level=level,
                                          **options)
     md = state.md
-    waited = bool(md.converged) and int(state.pilot) >= 0 and (
-        int(md.t) - int(state.best_t) >= max(PATIENCE, int(state.best_t) - int(state.pilot)))
-    stopped_by = ("risk" if waited else "tolerance" if bool(md.converged)
-                  else "iteration limit")
+    reason = int(state.reason)
+    if reason == BUDGET:
+        return None
+    stopped_by = {RISK: "risk", OPTIMUM: "tolerance"}.get(reason, "iteration limit")
     if stopped_by == "iteration limit":
         where = ("no iterate had reached the noise level, where the estimates are compared"
                  if int(state.pilot) < 0 else
                  f"the least estimate so far was at iteration {int(state.best_t)}")
-        warn(f"prox_pgm(stop='risk') reached max_iters={iters} before its rule fired: {where}. "
+        warn(f"prox_pgm(stop={stop!r}) reached max_iters={iters} on the risk path before its "
+             f"rule fired: {where}. "
              "The fit is the best iterate so far; raise max_iters.", ProxPGMConvergenceWarning)
     model = MarkovRandomField(network, state.best_theta)
     extras = {
@@ -556,6 +598,8 @@ def _risk_fit(oracle: ExactOracle, loss_fn: MarginalLoss, theta0: Array, groups:
         "degrees_of_freedom": float(state.best_df),
         "risk_trace": jnp.asarray(risk_trace),
         "final_loss": float(md.loss),
+        "stop": "risk",
+        "risk_path_iterations": None,
     }
     return Result(model=model, loss_trace=jnp.asarray(trace), iterations=int(md.t),
                   converged=bool(md.converged), elapsed=time.perf_counter() - start,

@@ -63,7 +63,7 @@ from .mirror_descent import (
     run_blocks,
 )
 
-__all__ = ["PATIENCE", "PROBES", "RiskState", "risk_path"]
+__all__ = ["BUDGET", "OPTIMUM", "PATIENCE", "PROBES", "RISK", "RUNNING", "RiskState", "risk_path"]
 
 Array = Any
 
@@ -71,6 +71,9 @@ Array = Any
 PROBES = 1
 #: The least number of iterations without improvement before the path stops.
 PATIENCE = 50
+#: Values of :attr:`RiskState.reason`: the path ran on, stopped at its least estimated risk,
+#: reached the optimum (the ``tol`` rule), or spent its ``budget`` before the noise level.
+RUNNING, RISK, OPTIMUM, BUDGET = 0, 1, 2, 3
 
 
 class RiskState(NamedTuple):
@@ -92,6 +95,9 @@ class RiskState(NamedTuple):
         ``df_t`` and ``R̂_t`` of the current iterate (``NaN`` risk before the pilot).
     best_theta, best_mu, best_log_z, best_loss, best_df, best_risk, best_t :
         The iterate of least ``R̂_t`` so far (the current one before the pilot).
+    reason : int
+        Why the path stopped: :data:`RUNNING` (it has not), :data:`RISK`, :data:`OPTIMUM` or
+        :data:`BUDGET`; the iteration limit leaves it at :data:`RUNNING`.
     """
 
     md: ProxPGMState
@@ -109,6 +115,7 @@ class RiskState(NamedTuple):
     best_df: Array
     best_risk: Array
     best_t: Array
+    reason: Array
 
 
 @jax.jit
@@ -192,14 +199,14 @@ def _risk_init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, the
         grad_dot=grad_dot,
         answer_dot=answer_dot, weights=weights, pilot=-jnp.ones((), jnp.int32), df=zero,
         risk=nan, best_theta=md.theta, best_mu=md.mu, best_log_z=md.log_z, best_loss=md.loss,
-        best_df=zero, best_risk=nan, best_t=md.t)
+        best_df=zero, best_risk=nan, best_t=md.t, reason=jnp.full((), RUNNING, jnp.int32))
 
 
 @partial(jax.jit, static_argnames=("oracle", "loss_fn"))
 def _risk_block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, state: RiskState,
                 probes: tuple[Array, ...], groups: tuple[TermGroup, ...], total: Array,
-                limit: Array, tol: Array, level: Array,
-                num_answers: Array) -> tuple[RiskState, Array, Array]:
+                limit: Array, tol: Array, level: Array, num_answers: Array,
+                budget: Array) -> tuple[RiskState, Array, Array]:
     """Up to :data:`BLOCK` iterations of the path with its risk estimate (see module notes).
 
     Returns the state, and the loss and ``R̂`` after each iteration (``NaN`` past the last).
@@ -239,9 +246,12 @@ def _risk_block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, st
         optimum = (t >= window) & (past - s.objective <= tol * jnp.maximum(1.0, s.objective))
         patience = jnp.maximum(PATIENCE, best[6] - pilot)
         waited = (pilot >= 0) & (t - best[6] >= patience)
-        s = s._replace(t=t, loss=s.objective, converged=optimum | waited,
+        spent = (pilot < 0) & (t >= budget)
+        reason = jnp.select([waited, optimum, spent], [RISK, OPTIMUM, BUDGET], RUNNING)
+        s = s._replace(t=t, loss=s.objective, converged=reason != RUNNING,
                        recent=s.recent.at[t % window].set(s.objective))
-        r = RiskState(s, theta_dot, grad_dot, answer_dot, weights, pilot, df, risk, *best)
+        r = RiskState(s, theta_dot, grad_dot, answer_dot, weights, pilot, df, risk, *best,
+                      reason.astype(jnp.int32))
         i = t - first - 1
         return r, trace.at[i].set(s.objective), risk_trace.at[i].set(risk)
 
@@ -260,6 +270,7 @@ def risk_path(
     tol: float,
     window: int,
     level: float,
+    budget: int | None = None,
     rng_key: Any = None,
     probes: tuple[Array, ...] | None = None,
     callback: Any = None,
@@ -287,6 +298,9 @@ def risk_path(
         The ``tol`` rule: stop at the optimum.
     level : float
         The discrepancy level ``m/2`` (the pilot iterate is the first with ``L ≤ level``).
+    budget : int, optional
+        Stop (``reason`` :data:`BUDGET`) when no iterate has reached ``level`` after this many
+        iterations; ``None``: no such limit.
     rng_key : JAX PRNG key or int, optional
         Draws the Rademacher probes (an int is a seed); default ``jax.random.key(0)``.
     probes : tuple of arrays ``(K, T, k)``, optional
@@ -315,7 +329,8 @@ def risk_path(
     num_answers = jnp.asarray(float(sum(g.values.size for g in groups)), dtype)
     block = partial(_risk_block, oracle, loss_fn, operands, probes=probes, groups=groups,
                     total=total_arr, tol=jnp.asarray(float(tol), dtype),
-                    level=jnp.asarray(float(level), dtype), num_answers=num_answers)
+                    level=jnp.asarray(float(level), dtype), num_answers=num_answers,
+                    budget=jnp.asarray(iters + 1 if budget is None else int(budget)))
     state, (trace, risk_trace) = run_blocks(
         lambda s, limit: block(s, limit=limit), state, (state.md.loss, jnp.nan),
         lambda s: s.md, iters=iters, callback=callback, callback_every=callback_every)

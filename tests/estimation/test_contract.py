@@ -32,7 +32,7 @@ STOCHASTIC = {"mcem", "variational-em", "posterior-mean"}
 OPTIONS = {
     "naive": dict(max_iters=50),
     "cgm-em": dict(max_iters=3),
-    "prox-pgm": dict(max_iters=50),
+    "prox-pgm": dict(max_iters=50, stop="optimum"),
     "mcem": dict(max_iters=2, num_warmup=20, first_draws=10, last_draws=20, chunk=10,
                  max_tree_depth=4),
     "variational-em": dict(max_iters=2, first_steps=40, steps=20, mean_draws=16),
@@ -44,7 +44,7 @@ OLD = {
     "naive": (lambda f, ms, o: f(ms, NET, N, max_iters=o["max_iters"]), "'total_count'"),
     "cgm-em": (lambda f, ms, o: f(ms, network=NET, total_count=N, max_em_iters=o["max_iters"]),
                "network"),
-    "prox-pgm": (lambda f, ms, o: f(ms, NET, N, o["max_iters"]), "'iters'"),
+    "prox-pgm": (lambda f, ms, o: f(ms, NET, N, o["max_iters"], stop=o["stop"]), "'iters'"),
     "mcem": (lambda f, ms, o: f(ms, NET, N, o["max_iters"], key=KEY, **_rest(o)), "'key'"),
     "variational-em": (lambda f, ms, o: f(ms, NET, N, max_em_iters=o["max_iters"], rng=KEY,
                                           **_rest(o)), "max_em_iters"),

@@ -12,11 +12,11 @@ import warnings
 
 import numpy as np
 import pytest
-from test_prox_pgm import CYCLE, certified_l2, table_measurements
+from test_prox_pgm import CYCLE, certified_l2, prox_pgm, table_measurements
 
 from numpyro_dpgm import MarkovNetwork
 from numpyro_dpgm.estimation import mirror_descent as md
-from numpyro_dpgm.estimation.prox_pgm import ProxPGMConvergenceWarning, prox_pgm
+from numpyro_dpgm.estimation.prox_pgm import ProxPGMConvergenceWarning
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
 from numpyro_dpgm.tables import project_table
 
@@ -34,7 +34,7 @@ def test_both_schemes_reach_the_certified_optimum(method):
     assert np.all(np.diff(np.asarray(fit.loss_trace)) <= 1e-9 * reference)
 
 
-def test_default_is_accelerated_and_converges_in_fewer_oracle_calls():
+def test_the_optimum_is_reached_accelerated_by_default_in_fewer_oracle_calls():
     rng = np.random.default_rng(22)
     theta = 2.0 * rng.normal(size=CYCLE.num_params)
     total = 1000.0

@@ -69,7 +69,8 @@ def test_where_the_noise_level_is_out_of_reach_it_is_the_optimum():
 def test_bad_stop_rules():
     ms = table_measurements(CYCLE, np.zeros(CYCLE.num_params), 100.0, Gaussian(1.0))
     with pytest.raises(ValueError,
-                       match="unknown stop 'early'; use 'optimum', 'discrepancy' or 'risk'"):
+                       match="unknown stop 'early'; use 'auto', 'optimum', 'discrepancy' or "
+                             "'risk'"):
         prox_pgm(ms, CYCLE, stop="early")
     with pytest.raises(ValueError, match="needs the measurements' noise"):
         prox_pgm(ms, CYCLE, stop="discrepancy",

@@ -72,7 +72,8 @@ def test_divergence_matches_finite_differences_of_the_optimum():
     ms = table_measurements(TREE, theta, 200.0, noise, rng, [("a", "b"), ("b", "c"), ("b",)])
 
     def answer(measurements, k, i):
-        fit = prox_pgm(measurements, TREE, total_count=200.0, tol=0.0, max_iters=20000)
+        fit = prox_pgm(measurements, TREE, total_count=200.0, tol=0.0, max_iters=20000,
+                       stop="optimum")
         return 200.0 * float(np.ravel(fit.model.marginal(measurements[k].clique))[i])
 
     h, trace = 0.5, 0.0  # the interior optimum is affine in y: central differences are exact
@@ -164,3 +165,44 @@ def test_bad_options():
         prox_pgm(ms, TREE, stop="risk", method="accelerated")
     with pytest.raises(ValueError, match="exact oracle"):
         prox_pgm(ms, TREE, stop="risk", oracle="convex_gbp")
+
+
+def _same_fit(a, b):
+    np.testing.assert_array_equal(np.asarray(a.model.theta), np.asarray(b.model.theta))
+
+
+def test_auto_is_the_risk_fit_where_the_path_reaches_the_noise_level_in_time():
+    rng = np.random.default_rng(15)
+    ms = table_measurements(TREE, rng.normal(size=TREE.num_params), 500.0, Laplace(20.0), rng)
+    risk = prox_pgm(ms, TREE, total_count=500.0, stop="risk", max_iters=5000)
+    assert risk.extras["pilot_iteration"] < 5000 // 3
+    auto = prox_pgm(ms, TREE, total_count=500.0, max_iters=5000)
+    _same_fit(auto, risk)
+    assert auto.extras["stop"] == "risk" and auto.extras["risk_path_iterations"] is None
+    # deterministic: the default takes the probes of key 0, whatever rng_key says
+    _same_fit(prox_pgm(ms, TREE, total_count=500.0, max_iters=5000, rng_key=7), auto)
+
+
+def test_auto_fits_the_optimum_where_the_path_spends_its_budget():
+    rng = np.random.default_rng(16)
+    ms = table_measurements(TREE, 2.0 * rng.normal(size=TREE.num_params), 1e5, Gaussian(0.1),
+                            rng)
+    risk = prox_pgm(ms, TREE, total_count=1e5, stop="risk", max_iters=3000)
+    assert risk.extras["pilot_iteration"] is None or risk.extras["pilot_iteration"] > 100
+    auto = prox_pgm(ms, TREE, total_count=1e5, max_iters=300)
+    optimum = prox_pgm(ms, TREE, total_count=1e5, max_iters=300, stop="optimum")
+    _same_fit(auto, optimum)
+    assert auto.extras["stop"] == "optimum" and auto.extras["risk_path_iterations"] == 100
+    assert auto.iterations == optimum.iterations
+
+
+@pytest.mark.parametrize("option", [dict(loss="l1"), dict(method="accelerated"),
+                                    dict(init="warm"), dict(oracle="convex_gbp")])
+def test_auto_fits_the_optimum_where_the_risk_rule_does_not_apply(option):
+    rng = np.random.default_rng(17)
+    ms = table_measurements(TREE, rng.normal(size=TREE.num_params), 500.0, Laplace(20.0), rng)
+    if option.get("init") == "warm":
+        option = dict(init=prox_pgm(ms, TREE, total_count=500.0, stop="optimum").model)
+    auto = prox_pgm(ms, TREE, total_count=500.0, **option)
+    assert auto.extras["stop"] == "optimum"
+    _same_fit(auto, prox_pgm(ms, TREE, total_count=500.0, stop="optimum", **option))

@@ -138,7 +138,7 @@ def test_independent_fit_is_the_optimum_prox_pgm_approaches():
     assert ms[0].query is not None
     total = estimate_total(ms)
     p = independent_fit(ms, total)
-    fit = prox_pgm(ms, comp.domain, total_count=total, max_iters=20_000)
+    fit = prox_pgm(ms, comp.domain, total_count=total, max_iters=20_000, stop="optimum")
 
     def loss(q):
         out = 0.0
