@@ -37,7 +37,9 @@ reported ``risk`` of one iterate is noisier (standard deviation about ``√(2·d
 
 The path stops once ``R̂_t`` has not improved for as many iterations as it took from the
 discrepancy iterate to the best one (at least :data:`PATIENCE` iterations), at the optimum (the
-``tol`` rule) or at the iteration limit; the fit returned is the iterate of least ``R̂_t``.
+``tol`` rule), at the iteration limit, or, given a ``budget``, when no iterate has reached the
+noise level after that many iterations (``prox_pgm(stop="auto")`` then fits the optimum
+instead); the fit returned is the iterate of least ``R̂_t``.
 Each step costs one oracle JVP along the :data:`PROBES` tangents (the trial and its tangents
 together).
 """
@@ -247,11 +249,13 @@ def _risk_block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, st
         patience = jnp.maximum(PATIENCE, best[6] - pilot)
         waited = (pilot >= 0) & (t - best[6] >= patience)
         spent = (pilot < 0) & (t >= budget)
-        reason = jnp.select([waited, optimum, spent], [RISK, OPTIMUM, BUDGET], RUNNING)
-        s = s._replace(t=t, loss=s.objective, converged=reason != RUNNING,
+        reason = jnp.select([waited, optimum, spent], [RISK, OPTIMUM, BUDGET],
+                            RUNNING).astype(jnp.int32)
+        # ``converged`` stays a strong bool, so the next block's call has this one's signature
+        s = s._replace(t=t, loss=s.objective, converged=waited | optimum | spent,
                        recent=s.recent.at[t % window].set(s.objective))
         r = RiskState(s, theta_dot, grad_dot, answer_dot, weights, pilot, df, risk, *best,
-                      reason.astype(jnp.int32))
+                      reason)
         i = t - first - 1
         return r, trace.at[i].set(s.objective), risk_trace.at[i].set(risk)
 

@@ -206,3 +206,19 @@ def test_auto_fits_the_optimum_where_the_risk_rule_does_not_apply(option):
     auto = prox_pgm(ms, TREE, total_count=500.0, **option)
     assert auto.extras["stop"] == "optimum"
     _same_fit(auto, prox_pgm(ms, TREE, total_count=500.0, stop="optimum", **option))
+
+
+def test_the_path_compiles_once_per_structure_whatever_its_blocks():
+    from numpyro_dpgm.estimation import risk_stop
+
+    net = MarkovNetwork({"a": 2, "b": 5, "c": 3}, [("a", "b"), ("b", "c")])  # new to the process
+    rng = np.random.default_rng(18)
+    ms = table_measurements(net, rng.normal(size=net.num_params), 500.0, Laplace(20.0), rng)
+    before = risk_stop._risk_block._cache_size()
+    with pytest.warns(ProxPGMConvergenceWarning):  # 10 iterations in five blocks of two
+        prox_pgm(ms, net, total_count=500.0, stop="risk", max_iters=10, tol=0.0,
+                 callback=lambda t, f: None, callback_every=2)
+    assert risk_stop._risk_block._cache_size() == before + 1
+    again = table_measurements(net, rng.normal(size=net.num_params), 900.0, Gaussian(9.0), rng)
+    prox_pgm(again, net, total_count=900.0, stop="risk", max_iters=4000)
+    assert risk_stop._risk_block._cache_size() == before + 1
