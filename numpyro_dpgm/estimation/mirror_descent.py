@@ -185,6 +185,14 @@ def _init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: A
           auto_step: bool) -> ProxPGMState:
     """The state at ``theta`` (one oracle call), with ``alpha`` or the curvature step."""
     p, log_z, ostate = apply_oracle(oracle, operands, theta, oracle.init_state())
+    return init_at(loss_fn, theta, p, log_z, ostate, data, total, smooth, alpha, window=window,
+                   auto_step=auto_step)
+
+
+def init_at(loss_fn: MarginalLoss, theta: Array, p: Array, log_z: Array, ostate: Any,
+            data: Any, total: Array, smooth: Array, alpha: Array, *, window: int,
+            auto_step: bool) -> ProxPGMState:
+    """The state at ``theta`` whose oracle output ``(p, log Z, state)`` is given."""
     mu = total * p
     objective, grad = jax.value_and_grad(loss_fn)(mu, data, smooth)
     loss = loss_fn(mu, data, jnp.zeros_like(smooth))
@@ -459,7 +467,7 @@ def run_blocks(
         state, *blocks = block(state, jnp.asarray(min(iters, next_report)))
         now = int(md_of(state).t)
         for acc, values in zip(traces, blocks, strict=True):
-            acc.append(np.asarray(values[: now - done]))
+            acc.append(np.asarray(values)[: now - done])  # a device slice compiles per length
         done = now
         if callback is not None and (done >= next_report or done >= iters
                                      or bool(md_of(state).converged)):

@@ -46,6 +46,7 @@ together).
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -53,14 +54,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..inference.oracles import MarginalOracle, apply_oracle, oracle_operands
+from ..inference.oracles import ExactOracle, MarginalOracle, apply_oracle, oracle_operands
 from .losses import TermGroup, group_answers
 from .mirror_descent import (
     BLOCK,
     MarginalLoss,
     ProxPGMState,
-    _init,
     _pick,
+    init_at,
     md_trial,
     run_blocks,
 )
@@ -178,13 +179,27 @@ def _laplace_weights(mu: Array, groups: tuple[TermGroup, ...]) -> tuple[Array, .
     return tuple(out)
 
 
-@partial(jax.jit, static_argnames=("oracle", "loss_fn", "window"))
+def _uniform(oracle: MarginalOracle, dtype: Any) -> tuple[Array, Array]:
+    """The oracle's ``(p, log Z)`` at ``θ = 0`` in closed form: every clique table uniform,
+    ``Z`` the number of cells of the domain (no junction tree to compile)."""
+    net = oracle.network
+    p = jnp.concatenate([jnp.full(size, 1.0 / size, dtype) for size in net.sizes])
+    return p, jnp.asarray(sum(math.log(k) for k in net.domain.shape), dtype)
+
+
+@partial(jax.jit, static_argnames=("oracle", "loss_fn", "window", "uniform"))
 def _risk_init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: Array,
                probes: tuple[Array, ...], groups: tuple[TermGroup, ...], total: Array,
-               alpha: Array, *, window: int) -> RiskState:
-    """The state at ``theta``: ``θ̇ = 0``, so ``ŷ̇ = 0`` and ``∇L̇ = ∂∇L/∂y·v`` (no oracle JVP)."""
-    md = _init(oracle, loss_fn, operands, theta, groups, total, jnp.zeros((), theta.dtype),
-               alpha, window=window, auto_step=False)
+               alpha: Array, *, window: int, uniform: bool) -> RiskState:
+    """The state at ``theta``: ``θ̇ = 0``, so ``ŷ̇ = 0`` and ``∇L̇ = ∂∇L/∂y·v`` (no oracle JVP).
+    ``uniform``: ``theta`` is zero, whose marginals need no oracle call."""
+    if uniform:
+        p, log_z = _uniform(oracle, theta.dtype)
+        ostate = oracle.init_state()
+    else:
+        p, log_z, ostate = apply_oracle(oracle, operands, theta, oracle.init_state())
+    md = init_at(loss_fn, theta, p, log_z, ostate, groups, total, jnp.zeros((), theta.dtype),
+                 alpha, window=window, auto_step=False)
     zero = jnp.zeros((), theta.dtype)
 
     def grad_at(values: tuple[Array, ...]) -> Array:
@@ -329,7 +344,8 @@ def risk_path(
             rng_key = jax.random.key(0 if rng_key is None else int(rng_key))
         probes = _probes(rng_key, groups)
     state = _risk_init(oracle, loss_fn, operands, theta, probes, groups, total_arr,
-                       jnp.asarray(alpha, dtype), window=int(window))
+                       jnp.asarray(alpha, dtype), window=int(window),
+                       uniform=isinstance(oracle, ExactOracle) and not np.any(np.asarray(theta)))
     num_answers = jnp.asarray(float(sum(g.values.size for g in groups)), dtype)
     block = partial(_risk_block, oracle, loss_fn, operands, probes=probes, groups=groups,
                     total=total_arr, tol=jnp.asarray(float(tol), dtype),

@@ -222,3 +222,14 @@ def test_the_path_compiles_once_per_structure_whatever_its_blocks():
     again = table_measurements(net, rng.normal(size=net.num_params), 900.0, Gaussian(9.0), rng)
     prox_pgm(again, net, total_count=900.0, stop="risk", max_iters=4000)
     assert risk_stop._risk_block._cache_size() == before + 1
+
+
+@pytest.mark.parametrize("cliques", [[("a", "b"), ("b", "c")], [("a", "b"), ("c",)], [("b",)]])
+def test_the_uniform_start_in_closed_form_is_the_oracle_at_zero(cliques):
+    from numpyro_dpgm.estimation.risk_stop import _uniform
+
+    net = MarkovNetwork({"a": 2, "b": 3, "c": 4}, cliques)
+    p, log_z, _ = ExactOracle(net)(jnp.zeros(net.num_params), ())
+    q, log_q = _uniform(ExactOracle(net), jnp.float64)
+    np.testing.assert_allclose(np.asarray(q), np.asarray(p), rtol=1e-12)
+    assert float(log_q) == pytest.approx(float(log_z), rel=1e-12)
