@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import jax
+import pytest
 
 jax.config.update("jax_enable_x64", True)
 
@@ -11,3 +12,17 @@ jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, str(Path(__file__).parent))
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after each test module.
+
+    Every compiled XLA program keeps memory mappings of its code for as long as JAX caches it,
+    and a worker that runs hundreds of modules reached tens of thousands of mappings (29,000
+    five minutes into the suite); at the kernel's limit (``vm.max_map_count``, 65,530 here) the
+    next compilation cannot map its code and the worker dies with a segmentation fault inside
+    XLA. Tests that count compilations do so within one module.
+    """
+    yield
+    jax.clear_caches()

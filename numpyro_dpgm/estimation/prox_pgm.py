@@ -126,9 +126,8 @@ DEFAULT_TOL = 1e-10
 STOP_RULES = ("auto", "optimum", "discrepancy", "risk")
 #: ``stop="auto"`` gives the risk path ``max_iters // AUTO_BUDGET_SHARE`` iterations to reach the
 #: noise level (the pilot iterate). The whole path took 3–4 times the pilot's iterations on
-#: Adult's tree workload and on Appendix C.4 (pilot 41, 269, 43, 246; least estimated risk at
-#: 82, 555, 73, 611; stopped at 132, 841, 123, 976), so a later pilot could not finish within
-#: ``max_iters``.
+#: Adult's tree workload at ε = 0.1, 1 and on Appendix C.4 at ε = 0.1, 1 (pilot 41, 269, 43,
+#: 246; stopped at 132, 873, 123, 976), so a later pilot could not finish within ``max_iters``.
 AUTO_BUDGET_SHARE = 3
 
 
