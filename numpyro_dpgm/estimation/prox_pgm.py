@@ -126,8 +126,10 @@ DEFAULT_TOL = 1e-10
 STOP_RULES = ("auto", "optimum", "discrepancy", "risk")
 #: ``stop="auto"`` gives the risk path ``max_iters // AUTO_BUDGET_SHARE`` iterations to reach the
 #: noise level (the pilot iterate). The whole path took 3–4 times the pilot's iterations on
-#: Adult's tree workload at ε = 0.1, 1 and on Appendix C.4 at ε = 0.1, 1 (pilot 41, 269, 43,
-#: 246; stopped at 132, 873, 123, 976), so a later pilot could not finish within ``max_iters``.
+#: Adult's tree workload at ε = 0.1, 1 and on Appendix C.4 at ε = 0.1, 1 (the releases of
+#: ``python -m benchmarks converge``, seed 0; pilot 41, 269, 43, 246, read from the fits' extras
+#: by hand; stopped at 132, 873, 123, 976, benchmarks/results/converge-*-cpu.json), so a later
+#: pilot could not finish within ``max_iters``.
 AUTO_BUDGET_SHARE = 3
 
 

@@ -145,7 +145,15 @@ def _trial(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: 
 
     primal, (p_dot, _) = jax.vmap(lambda td: jax.jvp(call, (theta,), (td,)),
                                   out_axes=((None, None), (0, 0)))(theta_dot)
-    mu = total * primal[0]
+    mu_dot = total * p_dot
+    grad_dot = _grad_tangents(loss_fn, total * primal[0], mu_dot, probes, groups)
+    answer_dot = jax.vmap(lambda md: group_answers(md, groups))(mu_dot)
+    return primal, grad_dot, answer_dot
+
+
+def _grad_tangents(loss_fn: MarginalLoss, mu: Array, mu_dot: Array, probes: tuple[Array, ...],
+                   groups: tuple[TermGroup, ...]) -> Array:
+    """Tangents of ``∇L(μ; y)`` along ``(μ̇_k, v_k)`` for every probe ``k``."""
     values = tuple(g.values for g in groups)
     zero = jnp.zeros((), mu.dtype)
 
@@ -153,11 +161,7 @@ def _trial(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: 
         data = tuple(g._replace(values=v) for g, v in zip(groups, vals, strict=True))
         return jax.grad(loss_fn)(m, data, zero)
 
-    mu_dot = total * p_dot
-    grad_dot = jax.vmap(lambda md, v: jax.jvp(grad_at, (mu, values), (md, v))[1])(mu_dot,
-                                                                                  probes)
-    answer_dot = jax.vmap(lambda md: group_answers(md, groups))(mu_dot)
-    return primal, grad_dot, answer_dot
+    return jax.vmap(lambda md, v: jax.jvp(grad_at, (mu, values), (md, v))[1])(mu_dot, probes)
 
 
 def _divergence(answer_dot: tuple[Array, ...], probes: tuple[Array, ...],
@@ -201,13 +205,8 @@ def _risk_init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, the
     md = init_at(loss_fn, theta, p, log_z, ostate, groups, total, jnp.zeros((), theta.dtype),
                  alpha, window=window, auto_step=False)
     zero = jnp.zeros((), theta.dtype)
-
-    def grad_at(values: tuple[Array, ...]) -> Array:
-        data = tuple(g._replace(values=v) for g, v in zip(groups, values, strict=True))
-        return jax.grad(loss_fn)(md.mu, data, zero)
-
-    values = tuple(g.values for g in groups)
-    grad_dot = jax.vmap(lambda v: jax.jvp(grad_at, (values,), (v,))[1])(probes)
+    still = jnp.zeros((probes[0].shape[0], *md.mu.shape), md.mu.dtype)  # θ̇ = 0: μ̇ = 0
+    grad_dot = _grad_tangents(loss_fn, md.mu, still, probes, groups)
     answer_dot = tuple(jnp.zeros_like(v) for v in probes)
     weights = tuple(jnp.ones_like(g.values) for g in groups)
     nan = jnp.full((), jnp.nan, theta.dtype)
