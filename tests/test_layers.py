@@ -33,6 +33,7 @@ CORE, ORACLES, DISTRIBUTIONS, INFER, ESTIMATION, MECHANISMS, FRONT = range(1, 8)
 LAYERS = {
     # 1. core
     "numpyro_dpgm._cache": CORE,
+    "numpyro_dpgm._jit": CORE,
     "numpyro_dpgm._deprecation": CORE,
     "numpyro_dpgm._warnings": CORE,
     "numpyro_dpgm._precision": CORE,

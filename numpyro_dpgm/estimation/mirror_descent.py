@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._jit import jit_modes
 from ..inference.oracles import MarginalOracle, apply_oracle, oracle_operands
 from ..network import MarkovNetwork
 from ..tables import CliqueTables
@@ -179,7 +180,6 @@ def _initial_step(loss_fn: MarginalLoss, mu: Array, grad: Array, data: Any,
     return jnp.where(ok, 2.0 / (jnp.where(ok, curv, 1.0) * total), flat)
 
 
-@partial(jax.jit, static_argnames=("oracle", "loss_fn", "window", "auto_step"))
 def _init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: Array, data: Any,
           total: Array, smooth: Array, alpha: Array, *, window: int,
           auto_step: bool) -> ProxPGMState:
@@ -187,6 +187,9 @@ def _init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: A
     p, log_z, ostate = apply_oracle(oracle, operands, theta, oracle.init_state())
     return init_at(loss_fn, theta, p, log_z, ostate, data, total, smooth, alpha, window=window,
                    auto_step=auto_step)
+
+
+_init = jit_modes(_init, static_argnames=("oracle", "loss_fn", "window", "auto_step"))
 
 
 def init_at(loss_fn: MarginalLoss, theta: Array, p: Array, log_z: Array, ostate: Any,
@@ -309,7 +312,6 @@ def _switch_smoothing(loss_fn: MarginalLoss, s: ProxPGMState, data: Any,
                       stage_start=s.t)
 
 
-@partial(jax.jit, static_argnames=("oracle", "loss_fn", "num_l1", "method"))
 def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, state: ProxPGMState,
            data: Any, total: Array, limit: Array, tol: Array, target: Array, *, num_l1: int,
            method: str) -> tuple[ProxPGMState, Array, Array]:
@@ -364,6 +366,9 @@ def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, state: 
     return jax.lax.while_loop(cond, body, (state, nan, nan))
 
 
+_block = jit_modes(_block, static_argnames=("oracle", "loss_fn", "num_l1", "method"))
+
+
 def mirror_descent(
     oracle: MarginalOracle,
     loss_fn: MarginalLoss,
@@ -380,6 +385,7 @@ def mirror_descent(
     target: float = -math.inf,
     callback: Callable[[int, float], None] | None = None,
     callback_every: int = 100,
+    compile_mode: str = "optimized",
 ) -> tuple[ProxPGMState, np.ndarray, np.ndarray]:
     """Mirror descent (or its accelerated form) from ``theta`` until ``iters`` or the rule.
 
@@ -417,6 +423,8 @@ def mirror_descent(
         Called at the start, every ``callback_every`` iterations and at the end.
     callback_every : int
         Iterations between two calls of ``callback``.
+    compile_mode : {"optimized", "quick"}
+        How XLA compiles the loop (:mod:`numpyro_dpgm._jit`).
 
     Returns
     -------
@@ -432,9 +440,10 @@ def mirror_descent(
     state = _init(oracle, loss_fn, operands, theta, data, total_arr,
                   jnp.asarray(_SMOOTH0 if num_l1 else 0.0, dtype),
                   jnp.asarray(0.0 if alpha is None else alpha, dtype),
-                  window=int(window), auto_step=alpha is None)
+                  window=int(window), auto_step=alpha is None, compile_mode=compile_mode)
     block = partial(_block, oracle, loss_fn, operands, data=data, total=total_arr, tol=tol_arr,
-                    target=target_arr, num_l1=num_l1, method=method)
+                    target=target_arr, num_l1=num_l1, method=method,
+                    compile_mode=compile_mode)
     state, (trace, obj_trace) = run_blocks(
         lambda s, limit: block(s, limit=limit), state, (state.loss, state.objective),
         lambda s: s, iters=iters, callback=callback, callback_every=callback_every)

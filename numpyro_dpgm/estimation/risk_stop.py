@@ -54,6 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._jit import jit_modes
 from ..inference.oracles import ExactOracle, MarginalOracle, apply_oracle, oracle_operands
 from .losses import TermGroup, group_answers
 from .mirror_descent import (
@@ -191,7 +192,6 @@ def _uniform(oracle: MarginalOracle, dtype: Any) -> tuple[Array, Array]:
     return p, jnp.asarray(sum(math.log(k) for k in net.domain.shape), dtype)
 
 
-@partial(jax.jit, static_argnames=("oracle", "loss_fn", "window", "uniform"))
 def _risk_init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: Array,
                probes: tuple[Array, ...], groups: tuple[TermGroup, ...], total: Array,
                alpha: Array, *, window: int, uniform: bool) -> RiskState:
@@ -218,7 +218,9 @@ def _risk_init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, the
         best_df=zero, best_risk=nan, best_t=md.t, reason=jnp.full((), RUNNING, jnp.int32))
 
 
-@partial(jax.jit, static_argnames=("oracle", "loss_fn"))
+_risk_init = jit_modes(_risk_init, static_argnames=("oracle", "loss_fn", "window", "uniform"))
+
+
 def _risk_block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, state: RiskState,
                 probes: tuple[Array, ...], groups: tuple[TermGroup, ...], total: Array,
                 limit: Array, tol: Array, level: Array, num_answers: Array,
@@ -276,6 +278,9 @@ def _risk_block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, st
     return jax.lax.while_loop(cond, body, (state, nan, nan))
 
 
+_risk_block = jit_modes(_risk_block, static_argnames=("oracle", "loss_fn"))
+
+
 def risk_path(
     oracle: MarginalOracle,
     loss_fn: MarginalLoss,
@@ -293,6 +298,7 @@ def risk_path(
     probes: tuple[Array, ...] | None = None,
     callback: Any = None,
     callback_every: int = 100,
+    compile_mode: str = "optimized",
 ) -> tuple[RiskState, np.ndarray, np.ndarray]:
     """Mirror descent from ``theta`` with the risk estimate of every iterate (module notes).
 
@@ -325,7 +331,7 @@ def risk_path(
         ``K`` probe vectors ``v_k`` per group instead of :data:`PROBES` Rademacher draws (any
         ``v`` with ``E[v vᵀ] = I`` gives an unbiased divergence; ``√m`` times the ``m`` unit
         vectors of the ``m`` answers give it exactly).
-    callback, callback_every :
+    callback, callback_every, compile_mode :
         As for :func:`~numpyro_dpgm.estimation.mirror_descent.mirror_descent`.
 
     Returns
@@ -344,12 +350,14 @@ def risk_path(
         probes = _probes(rng_key, groups)
     state = _risk_init(oracle, loss_fn, operands, theta, probes, groups, total_arr,
                        jnp.asarray(alpha, dtype), window=int(window),
-                       uniform=isinstance(oracle, ExactOracle) and not np.any(np.asarray(theta)))
+                       uniform=isinstance(oracle, ExactOracle) and not np.any(np.asarray(theta)),
+                       compile_mode=compile_mode)
     num_answers = jnp.asarray(float(sum(g.values.size for g in groups)), dtype)
     block = partial(_risk_block, oracle, loss_fn, operands, probes=probes, groups=groups,
                     total=total_arr, tol=jnp.asarray(float(tol), dtype),
                     level=jnp.asarray(float(level), dtype), num_answers=num_answers,
-                    budget=jnp.asarray(iters + 1 if budget is None else int(budget)))
+                    budget=jnp.asarray(iters + 1 if budget is None else int(budget)),
+                    compile_mode=compile_mode)
     state, (trace, risk_trace) = run_blocks(
         lambda s, limit: block(s, limit=limit), state, (state.md.loss, jnp.nan),
         lambda s: s.md, iters=iters, callback=callback, callback_every=callback_every)

@@ -30,6 +30,7 @@ network and method) and :func:`marginal` finishes on the host.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -67,6 +68,7 @@ __all__ = [
     "log_partition",
     "marginals",
     "marginal",
+    "marginals_of",
     "sample",
 ]
 
@@ -179,19 +181,59 @@ def marginal(
     :func:`query_marginal` answers.
     """
     attrs = network.domain.check_clique(attrs)
+    if _is_traced(theta):
+        tree = build_junction_tree(network, method)
+        check_memory(tree, network=network)
+        return query_marginal(tree, _tree_marginals(network, theta, method), attrs)
+    return jnp.asarray(marginals_of(network, theta, [attrs], method)[0])
+
+
+def marginals_of(
+    network: MarkovNetwork, theta: Array, queries: Sequence[Clique],
+    method: str = DEFAULT_METHOD,
+) -> list[np.ndarray]:
+    """Marginal distributions of many attribute sets from one run of the network's program.
+
+    Parameters
+    ----------
+    network : MarkovNetwork
+    theta : array, shape ``(num_params,)``, or CliqueTables
+        Concrete log-potentials in the network's layout (under ``jit``, use :func:`marginal`).
+    queries : sequence of tuples of str
+        Attribute sets, each answered in the order given (out-of-model ones included).
+    method : {"auto", "min_fill", "min_size"}
+        Triangulation heuristic, as for :func:`marginal`.
+
+    Returns
+    -------
+    list of NumPy arrays
+        One per query, shaped ``network.domain.shape_of(query)``; each the value
+        :func:`marginal` returns. The program of :func:`marginals` runs once, and every
+        query is answered on the host, so new queries compile nothing; the calibrated tree
+        (a second program, compiled then) is computed once for all the queries whose
+        contraction comes too close to underflow.
+    """
+    queries = [network.domain.check_clique(q) for q in queries]
     tree = build_junction_tree(network, method)
     check_memory(tree, network=network)
-    if _is_traced(theta):
-        return query_marginal(tree, _tree_marginals(network, theta, method), attrs)
     tables, messages = _network_program(network, theta, 1.0, method)
-    holders = [k for k, c in enumerate(network.cliques) if set(attrs) <= set(c)]
-    if holders:
-        k = min(holders, key=lambda k: network.sizes[k])
-        return jnp.asarray(project_table(np.asarray(tables[k]), network.cliques[k], attrs))
-    out = _host_query(network, method, theta, np.asarray(messages), attrs)
-    if out is None:  # a contraction came too close to underflow: read the calibrated tree
-        return query_marginal(tree, _tree_marginals(network, theta, method), attrs)
-    return jnp.asarray(out.astype(np.asarray(messages).dtype, copy=False))
+    messages = np.asarray(messages)
+    calibrated = None
+    out = []
+    for attrs in queries:
+        holders = [k for k, c in enumerate(network.cliques) if set(attrs) <= set(c)]
+        if holders:
+            k = min(holders, key=lambda k: network.sizes[k])
+            out.append(project_table(np.asarray(tables[k]), network.cliques[k], attrs))
+            continue
+        answer = _host_query(network, method, theta, messages, attrs)
+        if answer is None:  # a contraction came too close to underflow: the calibrated tree
+            if calibrated is None:
+                cal = _tree_marginals(network, theta, method)
+                calibrated = cal._replace(marginals=tuple(np.asarray(m) for m in cal.marginals))
+            answer = np.asarray(query_marginal(tree, calibrated, attrs))
+        out.append(answer.astype(messages.dtype, copy=False))
+    return out
 
 
 def _theta_tables(network: MarkovNetwork, theta: Any) -> dict[Clique, np.ndarray]:

@@ -110,6 +110,7 @@ def mst(
     conversion: Conversion = "cks20",
     iters: int = 10_000,
     stop: str = "optimum",
+    compile_mode: str = "quick",
     callback: Callable[[int, dict], None] | None = None,
 ) -> Result:
     """MST (McKenna, Miklau & Sheldon 2021): see the module notes for every step and constant.
@@ -145,6 +146,9 @@ def mst(
         Prox-PGM's stopping rule for the final fit (:func:`~numpyro_dpgm.prox_pgm`):
         ``"risk"`` returns the mirror-descent path's iterate of least estimated error, from
         the uniform start.
+    compile_mode : {"quick", "optimized"}
+        How XLA compiles the final fit (default ``"quick"``, as :func:`~numpyro_dpgm.aim`'s
+        refits: the network is compiled once and fitted briefly).
     callback : callable ``(step, info) -> None``, optional
         Progress: after each selected edge (``info["stage"] == "select"``) and after the final
         fit (``"generate"``).
@@ -251,7 +255,7 @@ def mst(
 
     # 5. generate
     tic = time.perf_counter()
-    refit = Refit(cdom, iters, stop=stop)
+    refit = Refit(cdom, iters, stop=stop, compile_mode=compile_mode)
     model = refit(log1 + log2, oneway + cliques)
     seconds["generate"] = time.perf_counter() - tic
     if callback is not None:

@@ -126,6 +126,7 @@ def mwem_pgm(
     max_cells: float = DEFAULT_MAX_CELLS,
     oracle: str | MarginalOracle | Callable[[MarkovNetwork], MarginalOracle] = "exact",
     iters: int = 100,
+    compile_mode: str = "quick",
     callback: Callable[[int, dict], None] | None = None,
     sampler: str = "jax",
 ) -> Result:
@@ -174,6 +175,13 @@ def mwem_pgm(
         guard applies to both.
     iters : int
         Prox-PGM iterations per round (warm-started).
+    compile_mode : {"quick", "optimized"}
+        How XLA compiles each refit's loop (default ``"quick"``: no backend optimisation
+        passes; see :func:`~numpyro_dpgm.prox_pgm`). Every new clique is a new program that
+        then runs briefly, so compiling dominates: on Adult at ε = 1, AIM's 32 refits spent
+        138 of their 180 s compiling, against 336 of 361 s with ``"optimized"`` (one run
+        each). Take ``"optimized"`` for models whose fits run long (large cliques, many
+        iterations).
     callback : callable ``(round, info) -> None``, optional
         Progress report after each round (``info`` holds the selected clique and the error).
     sampler : {"jax", "opendp"}
@@ -269,7 +277,7 @@ def mwem_pgm(
     true = count(records, cliques_w, dom)
     true_tables = {c: np.asarray(true[c]) for c in cliques_w}
 
-    refit = Refit(dom, int(iters), oracle, total_count)
+    refit = Refit(dom, int(iters), oracle, total_count, compile_mode=compile_mode)
     model: MarkovRandomField | None = None
     model_cliques: list[Clique] = []
     measurements: list[Measurement] = []

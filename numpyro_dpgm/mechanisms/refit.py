@@ -28,6 +28,7 @@ from typing import Any
 import jax.monitoring
 import numpy as np
 
+from .._jit import check_compile_mode
 from .._warnings import SparseTableWarning, warn
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
@@ -103,6 +104,13 @@ class Refit:
     stop : {"optimum", "risk", "discrepancy"}
         Prox-PGM's stopping rule (``"risk"`` and ``"discrepancy"`` fit from the uniform
         distribution, not from the previous potentials).
+    compile_mode : {"quick", "optimized"}
+        How XLA compiles each refit's loop (default ``"quick"``: no backend optimisation
+        passes; see :func:`~numpyro_dpgm.prox_pgm`). Every new clique is a new program that
+        then runs briefly, so compiling dominates: on Adult at ε = 1, AIM's 32 refits spent
+        138 of their 180 s compiling, against 336 of 361 s with ``"optimized"`` (one run
+        each). Take ``"optimized"`` for models whose fits run long (large cliques, many
+        iterations).
 
     Attributes
     ----------
@@ -117,9 +125,10 @@ class Refit:
     """
 
     def __init__(self, domain: Domain, iters: int, oracle: str | Callable = "exact",
-                 total_count: float | None = None, stop: str = "optimum"):
+                 total_count: float | None = None, stop: str = "optimum",
+                 compile_mode: str = "quick"):
         self.domain, self.iters, self.oracle, self.total_count = domain, iters, oracle, total_count
-        self.stop = stop
+        self.stop, self.compile_mode = stop, check_compile_mode(compile_mode)
         self.model: MarkovRandomField | None = None
         self.fit: Result | None = None
         self.costs: list[dict[str, Any]] = []
@@ -150,7 +159,8 @@ class Refit:
             warnings.simplefilter("ignore", SparseTableWarning)
             fit = prox_pgm(merged, network,
                            total_count=self.total_count, max_iters=iters or self.iters,
-                           oracle=self.oracle, init=init, stop=self.stop)
+                           oracle=self.oracle, init=init, stop=self.stop,
+                           compile_mode=self.compile_mode)
         self.costs.append({"seconds": time.perf_counter() - start,
                            "compile_seconds": compiled["seconds"],
                            "compiles": compiled["compiles"], "iterations": fit.iterations,

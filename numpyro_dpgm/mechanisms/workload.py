@@ -154,12 +154,13 @@ def model_marginals(model: MarkovRandomField | None, domain: Domain,
                     cliques: Sequence[Clique]) -> dict[Clique, np.ndarray]:
     """Probability tables of ``cliques`` under ``model`` (uniform when ``None``).
 
-    One compiled program per network answers every clique (out-of-model ones included) on
-    the host; see :func:`numpyro_dpgm.inference.junction_tree.marginal`.
+    One run of the network's compiled program answers every clique (out-of-model ones
+    included) on the host; see :func:`numpyro_dpgm.inference.junction_tree.marginals_of`.
     """
     if model is None:
         return {c: np.full(domain.shape_of(c), 1.0 / domain.size(c)) for c in cliques}
-    return {c: np.asarray(jt.marginal(model.network, model.theta, c)) for c in cliques}
+    tables = jt.marginals_of(model.network, model.theta, list(cliques))
+    return dict(zip(cliques, tables, strict=True))
 
 
 def workload_error(

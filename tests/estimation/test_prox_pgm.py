@@ -550,3 +550,33 @@ def test_errors_on_bad_input():
         prox_pgm(good, [("a", "b")])
     with pytest.raises(ValueError, match="init"):
         prox_pgm(good, dom, init=np.zeros(3))
+
+
+# ------------------------------------------------------------------------------------------------
+# compile modes
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("stop", ["optimum", "risk"])
+def test_quick_compile_mode_fits_as_the_optimized_one(stop):
+    """``compile_mode="quick"`` changes how XLA compiles the loop, not what it computes: the
+    fits agree to 1e-9 (the optimum reaches the certified minimum of the L2 loss), and each
+    mode compiles its own program."""
+    from numpyro_dpgm.estimation import mirror_descent, risk_stop
+
+    rng = np.random.default_rng(3)
+    theta = rng.normal(size=CYCLE.num_params)
+    ms = table_measurements(CYCLE, theta, 500.0, Gaussian(5.0), rng)
+    block = mirror_descent._block if stop == "optimum" else risk_stop._risk_block
+    before = block._cache_size()
+    fits = {mode: prox_pgm_any_stop(ms, CYCLE, total_count=500.0, max_iters=ITERS, stop=stop,
+                                    compile_mode=mode)
+            for mode in ("optimized", "quick")}
+    assert block._cache_size() - before <= 2
+    a, b = (np.asarray(f.model.theta) for f in fits.values())
+    np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9)
+    assert fits["quick"].iterations == fits["optimized"].iterations
+    if stop == "optimum":
+        p = joint_of(CYCLE, b)
+        assert exact_loss(CYCLE.domain, ms, 500.0, p) == pytest.approx(
+            certified_l2(CYCLE.domain, ms, 500.0), rel=1e-8, abs=1e-8)
+    with pytest.raises(ValueError, match="compile_mode must be one of"):
+        prox_pgm_any_stop(ms, CYCLE, total_count=500.0, compile_mode="fast")

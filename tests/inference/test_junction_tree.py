@@ -160,6 +160,10 @@ def test_exact_against_brute_force(name: str, method: str) -> None:
             mu = jt.marginal(net, theta, q, method)
             assert mu.shape == net.domain.shape_of(q)
             assert_close(mu, exact.marginal(q), f"{name} marginal {q} (scale {scale})")
+        # many queries from one run of the program (the fallback at scale 300 included)
+        for q, mu in zip(queries, jt.marginals_of(net, theta, queries, method), strict=True):
+            assert isinstance(mu, np.ndarray) and mu.shape == net.domain.shape_of(q)
+            assert_close(mu, exact.marginal(q), f"{name} marginals_of {q} (scale {scale})")
 
 
 def test_out_of_model_queries_are_out_of_the_tree() -> None:
