@@ -21,9 +21,11 @@ mbi at its head does not run on current numpy, pandas and JAX; :data:`MBI_PATCHE
 three changes ``--setup-mbi`` applies before installing it (none touches what the mechanisms
 compute).
 
-``--plan full`` runs the whole grid (2 data sets × ε ∈ {0.1, 1, 10} × 5 seeds × 4
-contenders); ``--plan reduced`` the grid of the committed results (Titanic: every ε, 2 seeds,
-all four; Adult: ε = 1, 1 seed, all but mbi's AIM). A run that exceeds ``--timeout`` is
+``--update`` adds this call's runs to those already in ``--out`` (a run repeated replaces the
+earlier one), so a grid can be completed or one contender rerun after a change; every run
+keeps its own load average. ``--plan full`` runs the whole grid (2 data sets ×
+ε ∈ {0.1, 1, 10} × 5 seeds × 4 contenders); ``--plan reduced`` a small grid (Titanic: every ε,
+2 seeds, all four; Adult: ε = 1, 1 seed, all but mbi's AIM). A run that exceeds ``--timeout`` is
 recorded as a timeout.
 """
 
@@ -98,6 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=None,
                         help="only the plan's runs with seed < SEEDS")
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    parser.add_argument("--update", action="store_true",
+                        help="keep the runs already in OUT/mechanisms-cpu.json, replacing those "
+                             "this call repeats (same data, contender, ε and seed)")
     parser.add_argument("--one", nargs=5, metavar=("DATA", "MECH", "EPS", "SEED", "OUT"),
                         help=argparse.SUPPRESS)
 
@@ -234,7 +239,7 @@ def main(args: argparse.Namespace) -> int:
     if args.setup_mbi is not None:
         setup_mbi(args.setup_mbi, args.mbi_repo, args.mbi_python)
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = []
+    runs = _earlier(args.out) if args.update else []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for data, contender, eps, seed in plan(args.plan):
@@ -243,7 +248,7 @@ def main(args: argparse.Namespace) -> int:
                     args.seeds is not None and seed >= args.seeds):
                 continue
             r = run(data, contender, eps, seed, args, Path(tmp))
-            runs.append(r)
+            runs = [q for q in runs if _key(q) != _key(r)] + [r]
             print(f"{data:8s} {contender:9s} eps={eps:<5g} seed={seed} {r['status']:7s} "
                   f"error={r.get('error', float('nan')):.4f} "
                   f"seconds={r.get('seconds', float('nan')):.1f} "
@@ -251,6 +256,16 @@ def main(args: argparse.Namespace) -> int:
             _write(args, runs, start)
     print(table(summarise(runs)))
     return 0
+
+
+def _key(r: dict[str, Any]) -> tuple[str, str, float, int]:
+    return r["data"], r["contender"], float(r["epsilon"]), int(r["seed"])
+
+
+def _earlier(out: Path) -> list[dict[str, Any]]:
+    """The runs of an earlier call's ``mechanisms-cpu.json`` in ``out`` (none if absent)."""
+    path = out / "mechanisms-cpu.json"
+    return json.loads(path.read_text())["runs"] if path.exists() else []
 
 
 def _write(args: argparse.Namespace, runs: list[dict[str, Any]], start: float) -> None:

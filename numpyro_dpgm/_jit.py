@@ -24,8 +24,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
-__all__ = ["COMPILE_MODES", "check_compile_mode", "jit_modes"]
+__all__ = ["COMPILE_MODES", "check_compile_mode", "device_array", "jit_modes"]
 
 #: ``"optimized"``: XLA's defaults; ``"quick"``: backend optimisation level 0.
 COMPILE_MODES = ("optimized", "quick")
@@ -33,6 +34,19 @@ _OPTIONS: dict[str, dict[str, Any] | None] = {
     "optimized": None,
     "quick": {"xla_backend_optimization_level": 0},
 }
+
+
+def device_array(value: Any) -> Any:
+    """A host value as a JAX array, by a transfer: ``jnp.asarray`` of a NumPy array compiles a
+    small program per shape, which a loop over many shapes pays for every time. A traced
+    value is returned as it is.
+
+    >>> device_array(np.arange(3.0)).shape
+    (3,)
+    """
+    if isinstance(value, jax.core.Tracer):
+        return value
+    return jax.device_put(np.asarray(value))
 
 
 def check_compile_mode(compile_mode: str) -> str:

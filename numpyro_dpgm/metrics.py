@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from ._jit import device_array
 from .distributions.mrf import MarkovRandomField
 from .inference import junction_tree as jt
 from .network import MarkovNetwork
@@ -29,6 +32,13 @@ def embed_theta(source: MarkovNetwork, theta: Any, target: MarkovNetwork) -> Any
     missing = [c for c in source.cliques if frozenset(c) not in have]
     if missing:
         raise ValueError(f"target network lacks clique(s) {missing}")
+    if not isinstance(theta, jax.core.Tracer):  # on the host: no program per structure
+        parts = []
+        for c, shape in zip(target.cliques, target.shapes, strict=True):
+            src = by_set.get(frozenset(c))
+            parts.append(np.zeros(math.prod(shape), np.asarray(theta).dtype) if src is None
+                         else np.ravel(project_table(np.asarray(tables[src]), src, c)))
+        return device_array(np.concatenate(parts))
     out = {}
     for c, shape in zip(target.cliques, target.shapes, strict=True):
         src = by_set.get(frozenset(c))

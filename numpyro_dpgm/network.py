@@ -18,10 +18,12 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 
+from ._jit import device_array
 from .domain import Clique, Domain
 from .tables import CliqueTables
 
@@ -126,6 +128,13 @@ class MarkovNetwork:
                 f"parameter vector has shape {shape}; the network expects (..., {self.num_params})"
             )
         batch = shape[:-1]
+        if not isinstance(vector, jax.core.Tracer):  # host slices: a device slice compiles
+            host = np.asarray(vector)
+            return CliqueTables({
+                c: device_array(np.reshape(host[..., o : o + s], batch + sh))
+                for c, o, s, sh in zip(self.cliques, self.offsets, self.sizes, self.shapes,
+                                       strict=True)
+            })
         return CliqueTables({
             c: jnp.reshape(vector[..., o : o + s], batch + sh)
             for c, o, s, sh in zip(self.cliques, self.offsets, self.sizes, self.shapes, strict=True)

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._jit import device_array
 from ..domain import Clique, Domain
 from ..inference import junction_tree as jt
 from ..measurements import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Measurement
@@ -202,10 +203,10 @@ def build_terms(
             )
         loss_kind, weight = measurement_loss(m, kind)
         terms.append(LossTerm(tuple(m.clique), slot, loss_kind, m.query is not None))
-        data.append(TermData(
-            jnp.asarray(m.values),
-            None if m.query is None else jnp.asarray(m.query),
-            jnp.asarray(weight),
+        data.append(TermData(  # transfers: jnp.asarray would compile a program per shape
+            device_array(m.values),
+            None if m.query is None else device_array(m.query),
+            device_array(weight),
             float(m.noise.scale) if isinstance(m.noise, _LAPLACE_FAMILY) else 0.0,
         ))
     return tuple(terms), tuple(data)
@@ -290,12 +291,12 @@ def group_terms(
     for (kind, _, shape_q), members in parts.items():
         kinds.append(kind)
         groups.append(TermGroup(
-            jnp.asarray(np.stack([i for i, _ in members]).astype(np.int32)),
-            jnp.asarray(np.stack([np.asarray(d.values) for _, d in members])),
-            None if shape_q is None else jnp.asarray(np.stack([np.asarray(d.query)
-                                                               for _, d in members])),
-            jnp.asarray(np.asarray([float(d.weight) for _, d in members])),
-            jnp.asarray(np.asarray([float(d.laplace_scale) for _, d in members])),
+            device_array(np.stack([i for i, _ in members]).astype(np.int32)),
+            device_array(np.stack([np.asarray(d.values) for _, d in members])),
+            None if shape_q is None else device_array(np.stack([np.asarray(d.query)
+                                                                for _, d in members])),
+            device_array(np.asarray([float(d.weight) for _, d in members])),
+            device_array(np.asarray([float(d.laplace_scale) for _, d in members])),
         ))
     return tuple(kinds), tuple(groups)
 

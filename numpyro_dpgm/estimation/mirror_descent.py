@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._jit import jit_modes
-from ..inference.oracles import MarginalOracle, apply_oracle, oracle_operands
+from ..inference.oracles import ExactOracle, MarginalOracle, apply_oracle, oracle_operands
 from ..network import MarkovNetwork
 from ..tables import CliqueTables
 from .losses import grouped_loss
@@ -209,6 +209,9 @@ def init_at(loss_fn: MarginalLoss, theta: Array, p: Array, log_z: Array, ostate:
         momentum=-jnp.ones_like(alpha), recent=jnp.full(window, objective), t=zero,
         rejected=zero, restarts=zero, converged=jnp.zeros((), dtype=bool),
     )
+
+
+_init_at = jit_modes(init_at, static_argnames=("loss_fn", "window", "auto_step"))
 
 
 def _pick(flag: Array, new: Any, old: Any) -> Any:
@@ -437,10 +440,16 @@ def mirror_descent(
     total_arr, tol_arr = jnp.asarray(total, dtype), jnp.asarray(float(tol), dtype)
     target_arr = jnp.asarray(float(target), dtype)
     operands = oracle_operands(oracle)
-    state = _init(oracle, loss_fn, operands, theta, data, total_arr,
-                  jnp.asarray(_SMOOTH0 if num_l1 else 0.0, dtype),
-                  jnp.asarray(0.0 if alpha is None else alpha, dtype),
-                  window=int(window), auto_step=alpha is None, compile_mode=compile_mode)
+    smooth = jnp.asarray(_SMOOTH0 if num_l1 else 0.0, dtype)
+    alpha_arr = jnp.asarray(0.0 if alpha is None else alpha, dtype)
+    options = {"window": int(window), "auto_step": alpha is None, "compile_mode": compile_mode}
+    start = oracle.host_start(theta) if isinstance(oracle, ExactOracle) else None
+    if start is None:
+        state = _init(oracle, loss_fn, operands, theta, data, total_arr, smooth, alpha_arr,
+                      **options)
+    else:  # the exact oracle's start by the calibrated tree's program, shared with queries
+        state = _init_at(loss_fn, theta, *start, oracle.init_state(), data, total_arr, smooth,
+                         alpha_arr, **options)
     block = partial(_block, oracle, loss_fn, operands, data=data, total=total_arr, tol=tol_arr,
                     target=target_arr, num_l1=num_l1, method=method,
                     compile_mode=compile_mode)

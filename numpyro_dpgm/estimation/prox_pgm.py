@@ -72,7 +72,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .._jit import check_compile_mode
+from .._jit import check_compile_mode, device_array
 from .._precision import warn_if_float32
 from .._warnings import warn
 from ..distributions.mrf import MarkovRandomField
@@ -534,12 +534,12 @@ def prox_pgm(
     model = MarkovRandomField(network, theta)
     extras = {
         **total_extras(total, estimated),
-        "marginals": network.unflatten(state.mu),
+        "marginals": network.unflatten(state.mu),  # sliced on the host
         "log_partition": state.log_z,
         "step_size": float(state.alpha),
         "initial_step_size": float(state.initial_alpha),
         "rejected_steps": int(state.rejected),
-        "objective_trace": jnp.asarray(objective_trace),
+        "objective_trace": device_array(objective_trace),
         "method": scheme,
         "restarts": int(state.restarts),
         "smoothing": float(state.smooth),
@@ -554,7 +554,7 @@ def prox_pgm(
     }
     return Result(
         model=model,
-        loss_trace=jnp.asarray(trace),
+        loss_trace=device_array(trace),
         iterations=t,
         converged=converged,
         elapsed=time.perf_counter() - start,
@@ -593,7 +593,7 @@ def _risk_fit(oracle: ExactOracle, loss_fn: MarginalLoss, theta0: Array, groups:
         "step_size": float(md.alpha),
         "initial_step_size": float(md.initial_alpha),
         "rejected_steps": int(md.rejected),
-        "objective_trace": jnp.asarray(trace),
+        "objective_trace": device_array(trace),
         "method": "md",
         "restarts": 0,
         "smoothing": 0.0,
@@ -607,12 +607,12 @@ def _risk_fit(oracle: ExactOracle, loss_fn: MarginalLoss, theta0: Array, groups:
         "pilot_iteration": int(state.pilot) if int(state.pilot) >= 0 else None,
         "risk": float(state.best_risk),
         "degrees_of_freedom": float(state.best_df),
-        "risk_trace": jnp.asarray(risk_trace),
+        "risk_trace": device_array(risk_trace),
         "final_loss": float(md.loss),
         "stop": "risk",
         "risk_path_iterations": None,
     }
-    return Result(model=model, loss_trace=jnp.asarray(trace), iterations=int(md.t),
+    return Result(model=model, loss_trace=device_array(trace), iterations=int(md.t),
                   converged=bool(md.converged), elapsed=time.perf_counter() - start,
                   extras=extras)
 

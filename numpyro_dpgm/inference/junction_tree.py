@@ -38,10 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._deprecation import renamed_key
+from .._jit import device_array
 from ..domain import Clique
 from ..network import MarkovNetwork
 from ..tables import CliqueTables, project_table
 from .calibration import (
+    TreeMarginals,
     _as_vector,
     _tree_marginals,
     _unpack_messages,
@@ -69,6 +71,7 @@ __all__ = [
     "marginals",
     "marginal",
     "marginals_of",
+    "host_calibration",
     "sample",
 ]
 
@@ -185,7 +188,7 @@ def marginal(
         tree = build_junction_tree(network, method)
         check_memory(tree, network=network)
         return query_marginal(tree, _tree_marginals(network, theta, method), attrs)
-    return jnp.asarray(marginals_of(network, theta, [attrs], method)[0])
+    return device_array(marginals_of(network, theta, [attrs], method)[0])
 
 
 def marginals_of(
@@ -207,15 +210,24 @@ def marginals_of(
     Returns
     -------
     list of NumPy arrays
-        One per query, shaped ``network.domain.shape_of(query)``; each the value
-        :func:`marginal` returns. The program of :func:`marginals` runs once, and every
-        query is answered on the host, so new queries compile nothing; the calibrated tree
-        (a second program, compiled then) is computed once for all the queries whose
-        contraction comes too close to underflow.
+        One per query, shaped ``network.domain.shape_of(query)``.
+
+    Notes
+    -----
+    One compiled program runs once and every query is answered on the host, so new queries
+    compile nothing. Where no junction-tree clique is factored, that program is the calibrated
+    tree (every clique's marginal; :func:`host_calibration`, the program that also starts
+    Prox-PGM's fits) and each query is read from it
+    (:func:`~numpyro_dpgm.inference.queries.query_marginal`). Otherwise it is the program of
+    :func:`marginals` and the queries are contracted as in :func:`marginal`, the calibrated
+    tree being computed once for those whose contraction comes too close to underflow.
     """
     queries = [network.domain.check_clique(q) for q in queries]
     tree = build_junction_tree(network, method)
     check_memory(tree, network=network)
+    calibrated = host_calibration(network, theta, method)
+    if calibrated is not None:
+        return [np.asarray(query_marginal(tree, calibrated, q)) for q in queries]
     tables, messages = _network_program(network, theta, 1.0, method)
     messages = np.asarray(messages)
     calibrated = None
@@ -234,6 +246,22 @@ def marginals_of(
             answer = np.asarray(query_marginal(tree, calibrated, attrs))
         out.append(answer.astype(messages.dtype, copy=False))
     return out
+
+
+def host_calibration(
+    network: MarkovNetwork, theta: Array, method: str = DEFAULT_METHOD
+) -> TreeMarginals | None:
+    """The calibrated junction tree at a concrete ``theta``, its tables on the host; ``None``
+    where a clique of the tree is factored (its table is never built).
+
+    One compiled program per network and method (shared by :func:`marginals_of` and the
+    start of :class:`~numpyro_dpgm.inference.oracles.ExactOracle`'s fits).
+    """
+    if any(_plan(network, method).factored):
+        return None
+    cal = _tree_marginals(network, theta, method)
+    return cal._replace(log_z=np.asarray(cal.log_z),
+                        marginals=tuple(np.asarray(m) for m in cal.marginals))
 
 
 def _theta_tables(network: MarkovNetwork, theta: Any) -> dict[Clique, np.ndarray]:

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import jax.numpy as jnp
+import numpy as np
 
+from .._jit import device_array
 from ..network import MarkovNetwork
 from ..tables import project_table
 from . import calibration
@@ -110,6 +112,21 @@ class ExactOracle:
             parts.append(jnp.ravel(table))
         mu = jnp.concatenate(parts) if parts else jnp.zeros(0, dtype=jnp.result_type(theta))
         return mu, cal.log_z, state
+
+    def host_start(self, theta: Array) -> tuple[Array, Array] | None:
+        """``(μ, log Z)`` at a concrete ``theta``, as the call gives them, from the calibrated
+        tree's program (:func:`~numpyro_dpgm.inference.junction_tree.host_calibration`),
+        which the queries of the fitted model share; ``None`` where the tree has a factored
+        clique. A fit starts here rather than compiling the oracle a second time."""
+        cal = jt.host_calibration(self.network, theta, self.method)
+        if cal is None:
+            return None
+        tree = jt.build_junction_tree(self.network, self.method)
+        parts = [np.zeros(0, cal.log_z.dtype)]
+        for c in self.network.cliques:
+            i = tree.containing(c)
+            parts.append(np.ravel(project_table(cal.marginals[i], tree.cliques[i], c)))
+        return device_array(np.concatenate(parts)), device_array(cal.log_z)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import opt_einsum
 
+from .._jit import device_array
 from ..domain import Clique
 from ..tables import project_table
 from .calibration import TreeMarginals
@@ -103,7 +104,7 @@ def query_marginal(tree: JunctionTree, calibrated: TreeMarginals, attrs: Clique)
                              precision=jax.lax.Precision.HIGHEST)
         else:
             out = _numpy_contract(plan.subscripts, operands, plan.path)
-    return out if traced else jnp.asarray(out)
+    return out if traced else device_array(out)
 
 
 def _numpy_contract(

@@ -15,16 +15,18 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from .._jit import check_compile_mode
 from ..data import Dataset
 from ..domain import Clique, Domain
+from ..estimation.prox_pgm import STOP_RULES
 from ..privacy.conversions import Conversion, _check_conversion, approx_to_zcdp
 from ..privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.releases import _check_rng
 from ..privacy.sensitivity import _check_neighbours, _check_sampler
 
-__all__ = ["check_cliques", "check_positive", "check_positive_int", "open_ledger", "resolve_key",
-           "resolve_records", "setup", "split_key", "zcdp_budget"]
+__all__ = ["check_cliques", "check_final_fit", "check_positive", "check_positive_int",
+           "open_ledger", "resolve_key", "resolve_records", "setup", "split_key", "zcdp_budget"]
 
 
 def resolve_records(data: Any, domain: Domain | Mapping[str, int] | None) -> tuple[Any, Domain]:
@@ -148,3 +150,11 @@ def check_positive(value: Any, name: str) -> float:
             or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     return float(value)
+
+
+def check_final_fit(stop: Any, compile_mode: Any) -> None:
+    """The final fit's stopping rule and compile mode, checked before any budget is spent."""
+    if stop not in STOP_RULES:
+        raise ValueError(f"unknown stop {stop!r}; use one of {', '.join(map(repr, STOP_RULES))} "
+                         "(the final fit's stopping rule, see prox_pgm)")
+    check_compile_mode(compile_mode)

@@ -33,6 +33,15 @@ measurement; after a run it has spent the whole ``ρ`` (unless no candidate fits
 which ``extras["unspent"]`` reports). Refits are warm-started Prox-PGM fits
 (:class:`~numpyro_dpgm.mechanisms.refit.Refit`); a round that re-measures a clique compiles
 nothing, one that adds a clique compiles once.
+
+**The final fit** (GENERATE) is Prox-PGM's default fit of all the measurements (``stop="auto"``):
+where the noise is high, the mirror-descent path's iterate of least estimated risk
+(:mod:`~numpyro_dpgm.estimation.risk_stop`), otherwise the optimum. mbi refits its
+warm-started potentials for another 1,000 iterations (``stop="optimum"`` here). On Titanic at
+ε = 0.1 (1,304 records, three seeds) the least-risk fit had workload error 0.644, 0.660 and
+0.664 against the optimum's 0.734, 0.719 and 0.764; at ε = 1, 0.312 and 0.263 against 0.307
+and 0.274; at ε = 10 (one seed), 0.139 against 0.133 (the model's own error, read off each
+fit once).
 """
 
 from __future__ import annotations
@@ -56,7 +65,14 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.releases import release_tables
 from ..privacy.sensitivity import marginal_sensitivity
 from ..tables import project_table
-from ._inputs import check_cliques, check_positive, check_positive_int, setup, split_key
+from ._inputs import (
+    check_cliques,
+    check_final_fit,
+    check_positive,
+    check_positive_int,
+    setup,
+    split_key,
+)
 from .refit import Refit
 from .selection import exponential_mechanism, selection_epsilon
 from .workload import (
@@ -157,6 +173,7 @@ def aim(
     neighbours: str = "add_remove",
     conversion: Conversion = "cks20",
     iters: int = 1000,
+    stop: str = "auto",
     compile_mode: str = "quick",
     callback: Callable[[int, dict], None] | None = None,
 ) -> Result:
@@ -194,6 +211,11 @@ def aim(
         The ``(ε, δ) → ρ`` conversion of an ``ApproxDP`` budget.
     iters : int
         Prox-PGM iterations per refit (mbi's ``max_iters`` = 1,000).
+    stop : {"auto", "optimum", "risk", "discrepancy"}
+        Prox-PGM's stopping rule for the final fit (GENERATE; the rounds' refits are
+        warm-started optima). The default, :func:`~numpyro_dpgm.prox_pgm`'s, takes the
+        path's iterate of least estimated risk where the noise is high (module notes);
+        ``"optimum"`` continues the rounds' warm-started fit, as mbi does.
     compile_mode : {"quick", "optimized"}
         How XLA compiles each refit's loop (default ``"quick"``: no backend optimisation
         passes; see :func:`~numpyro_dpgm.prox_pgm`). Every new clique is a new program that
@@ -233,6 +255,7 @@ def aim(
         neighbours=neighbours, conversion=conversion, label="AIM (whole run)")
     max_model_size = check_positive(max_model_size, "max_model_size")
     iters = check_positive_int(iters, "iters")
+    check_final_fit(stop, compile_mode)
     T = ROUNDS_PER_ATTRIBUTE * len(dom) if rounds is None else check_positive_int(rounds,
                                                                                   "rounds")
     wl = _workload(workload, target, dom, max_cells)
@@ -311,7 +334,7 @@ def aim(
         if annealed:
             rho_m, rho_s = 4.0 * rho_m, 4.0 * rho_s
 
-    model = refit(measurements, cliques)  # GENERATE(log): same structure, nothing compiled
+    model = refit(measurements, cliques, stop=stop)  # GENERATE: the rounds' network
     extras = {
         "rounds": tuple(log),
         "selected": tuple(e["selected"] for e in log),

@@ -51,7 +51,7 @@ from ..privacy.conversions import Conversion
 from ..privacy.guarantees import ZCDP, PrivacyCost
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.releases import release_tables
-from ._inputs import check_cliques, check_positive_int, setup, split_key
+from ._inputs import check_cliques, check_final_fit, check_positive_int, setup, split_key
 from .compression import Compression, compress_domain
 from .refit import Refit
 from .selection import exponential_mechanism, selection_epsilon
@@ -109,7 +109,7 @@ def mst(
     neighbours: str = "add_remove",
     conversion: Conversion = "cks20",
     iters: int = 10_000,
-    stop: str = "optimum",
+    stop: str = "auto",
     compile_mode: str = "quick",
     callback: Callable[[int, dict], None] | None = None,
 ) -> Result:
@@ -142,10 +142,11 @@ def mst(
         The ``(ε, δ) → ρ`` conversion of an ``ApproxDP`` budget.
     iters : int
         Prox-PGM iterations of the final fit (step 5).
-    stop : {"optimum", "risk", "discrepancy"}
-        Prox-PGM's stopping rule for the final fit (:func:`~numpyro_dpgm.prox_pgm`):
-        ``"risk"`` returns the mirror-descent path's iterate of least estimated error, from
-        the uniform start.
+    stop : {"auto", "optimum", "risk", "discrepancy"}
+        Prox-PGM's stopping rule for the final fit (:func:`~numpyro_dpgm.prox_pgm`; default
+        its default): ``"risk"`` returns the mirror-descent path's iterate of least estimated
+        error, from the uniform start; ``"auto"`` does so where the noise is high and fits
+        the optimum otherwise; ``"optimum"`` is mbi's fit.
     compile_mode : {"quick", "optimized"}
         How XLA compiles the final fit (default ``"quick"``, as :func:`~numpyro_dpgm.aim`'s
         refits: the network is compiled once and fitted briefly).
@@ -182,6 +183,7 @@ def mst(
     initial = ([] if initial_cliques is None else
                check_cliques(initial_cliques, dom, "initial clique", min_size=2))
     iters = check_positive_int(iters, "iters")
+    check_final_fit(stop, compile_mode)
 
     d = len(dom)
     r = len(list(_components(dom, initial).to_sets()))

@@ -101,9 +101,9 @@ class Refit:
         Prox-PGM's marginal oracle.
     total_count : float, optional
         ``N`` when public; ``None`` estimates it from the measurements.
-    stop : {"optimum", "risk", "discrepancy"}
-        Prox-PGM's stopping rule (``"risk"`` and ``"discrepancy"`` fit from the uniform
-        distribution, not from the previous potentials).
+    stop : {"optimum", "auto", "risk", "discrepancy"}
+        Prox-PGM's stopping rule (only ``"optimum"`` starts from the previous potentials; the
+        others follow the path from the uniform distribution, ``"auto"`` where it applies).
     compile_mode : {"quick", "optimized"}
         How XLA compiles each refit's loop (default ``"quick"``: no backend optimisation
         passes; see :func:`~numpyro_dpgm.prox_pgm`). Every new clique is a new program that
@@ -141,12 +141,14 @@ class Refit:
         return float(self.fit.extras["total_count"])
 
     def __call__(self, measurements: Sequence[Measurement], cliques: Sequence[Clique],
-                 iters: int | None = None) -> MarkovRandomField:
+                 iters: int | None = None, stop: str | None = None) -> MarkovRandomField:
         """Refit on ``measurements`` over the network of ``cliques`` (a superset of the
-        previous fit's cliques), warm-started from the previous potentials."""
+        previous fit's cliques), warm-started from the previous potentials when the stopping
+        rule (``stop``, default the Refit's) is ``"optimum"``."""
         network = MarkovNetwork(self.domain, list(cliques))
+        stop = self.stop if stop is None else stop
         init = None
-        if self.model is not None and self.stop == "optimum":
+        if self.model is not None and stop == "optimum":
             init = embed_theta(self.model.network, self.model.theta, network)
         merged = merge_measurements(measurements)
         structure = (network, tuple((tuple(m.clique), m.query is None) for m in merged))
@@ -159,7 +161,7 @@ class Refit:
             warnings.simplefilter("ignore", SparseTableWarning)
             fit = prox_pgm(merged, network,
                            total_count=self.total_count, max_iters=iters or self.iters,
-                           oracle=self.oracle, init=init, stop=self.stop,
+                           oracle=self.oracle, init=init, stop=stop,
                            compile_mode=self.compile_mode)
         self.costs.append({"seconds": time.perf_counter() - start,
                            "compile_seconds": compiled["seconds"],

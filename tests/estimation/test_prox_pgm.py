@@ -469,8 +469,13 @@ def test_pluggable_oracle_state_is_threaded_and_reverted_on_rejection():
     counted = prox_pgm(ms, CYCLE, total_count=total, max_iters=ITERS, step_size=0.5,
                        oracle=CountingOracle)
     assert counted.extras["method"] == "md"  # the default for an oracle other than the exact
-    np.testing.assert_allclose(np.asarray(counted.loss_trace), np.asarray(exact.loss_trace),
-                               rtol=1e-12)
+    # the exact oracle's fit starts from the calibrated tree's program (ExactOracle.host_start),
+    # equal to the oracle's own output to rounding: the paths agree to rounding, and the
+    # tolerance rule (once the loss changes by less than the rounding of the Armijo tests) may
+    # end them some iterations apart, at the same loss to that tolerance
+    a, b = np.asarray(counted.loss_trace), np.asarray(exact.loss_trace)
+    np.testing.assert_allclose(a[:100], b[:100], rtol=1e-9)
+    assert a[-1] == pytest.approx(b[-1], rel=1e-6)
     rejected = counted.extras["rejected_steps"]
     assert rejected > 0
     # one call at the start, one per accepted step (rejected trials restore the old state)

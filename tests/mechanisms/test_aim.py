@@ -99,6 +99,31 @@ def test_huge_budget_reproduces_the_workload_exactly(chain_records):
     assert mirror_descent._block._cache_size() - programs <= len(new)
 
 
+@pytest.mark.parametrize("stop", ["auto", "optimum"])
+def test_final_fit_is_prox_pgms_fit_of_the_measurements(chain_records, stop):
+    """GENERATE is Prox-PGM's fit of every measurement over the rounds' network: the default
+    (``stop="auto"``) is the fit ``prox_pgm`` makes of them from scratch; ``"optimum"``
+    continues the rounds' warm-started fit to the same optimum (to the stopping tolerance)."""
+    from numpyro_dpgm import prox_pgm
+    from numpyro_dpgm.mechanisms.refit import merge_measurements
+
+    fit = aim(chain_records, CHAIN, budget=ZCDP(0.002), rng_key=5, sampler="jax", workload=2,
+              iters=400, rounds=8, stop=stop)
+    net = MarkovNetwork(CHAIN, list(fit.extras["cliques"]))
+    merged = merge_measurements(fit.extras["measurements"])
+    options = {"max_iters": 20_000, "tol": 1e-12} if stop == "optimum" else {"max_iters": 400}
+    again = prox_pgm(merged, net, stop=stop, compile_mode="quick", **options)
+    assert fit.extras["fit"].extras["stop"] == again.extras["stop"]
+    if stop == "auto":
+        assert again.extras["stop"] == "risk"  # the noise is high: the least-risk iterate
+        np.testing.assert_array_equal(np.asarray(fit.model.theta), np.asarray(again.model.theta))
+    else:
+        ms = list(fit.extras["measurements"])
+        assert float(fit.extras["fit"].loss_trace[-1]) == pytest.approx(
+            float(again.loss_trace[-1]), rel=1e-6)
+        assert len(ms) > len(merge_measurements(ms))  # a clique was measured twice
+
+
 def test_measurements_feed_the_noise_aware_posterior_and_rubin(chain_records):
     fit = aim(chain_records, CHAIN, budget=ZCDP(0.5), rng_key=4, sampler="jax", workload=2,
               iters=200, rounds=8)
@@ -124,6 +149,8 @@ def test_bad_input_spends_nothing(chain_records):
     assert "max_model_size" in refuses(aim, chain_records, max_model_size=0.0)
     assert "max_model_size" in refuses(aim, chain_records, max_model_size=1e-9)
     assert "rounds" in refuses(aim, chain_records, rounds=0)
+    assert "unknown stop 'best'" in refuses(aim, chain_records, stop="best")
+    assert "compile_mode" in refuses(aim, chain_records, compile_mode="fast")
     assert "rng_key" in refuses(aim, chain_records, rng_key=None)
     assert "cannot be seeded" in refuses(aim, chain_records, sampler="opendp")
     with pytest.raises(ValueError, match="currency"):  # an (ε, δ) ledger cannot pay in ρ

@@ -117,6 +117,8 @@ def test_bad_input_spends_nothing(chain_records):
     assert "zz" in refuses(mst, chain_records, initial_cliques=[("a", "zz")])
     assert "neighbouring" in refuses(mst, chain_records, neighbours="swap")
     assert "iters" in refuses(mst, chain_records, iters=0)
+    assert "unknown stop 'best'" in refuses(mst, chain_records, stop="best")
+    assert "compile_mode" in refuses(mst, chain_records, compile_mode="fast")
     with pytest.raises(ValueError, match="delta"):
         ApproxDP(1.0, 1.5)
     with pytest.raises(ValueError, match="epsilon"):
