@@ -217,12 +217,8 @@ def aim(
         path's iterate of least estimated risk where the noise is high (module notes);
         ``"optimum"`` continues the rounds' warm-started fit, as mbi does.
     compile_mode : {"quick", "optimized"}
-        How XLA compiles each refit's loop (default ``"quick"``: no backend optimisation
-        passes; see :func:`~numpyro_dpgm.prox_pgm`). Every new clique is a new program that
-        then runs briefly, so compiling dominates: on Adult at ε = 1, AIM's 32 refits spent
-        138 of their 180 s compiling, against 336 of 361 s with ``"optimized"`` (one run
-        each). Take ``"optimized"`` for models whose fits run long (large cliques, many
-        iterations).
+        How XLA compiles the refits (default ``"quick"``, compiled about twice as fast; see
+        :class:`~numpyro_dpgm.mechanisms.refit.Refit` for when ``"optimized"`` is better).
     callback : callable ``(round, info) -> None``, optional
         Progress after each round; ``info`` is that round's entry of ``extras["rounds"]``.
 

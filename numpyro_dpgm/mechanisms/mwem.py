@@ -176,12 +176,8 @@ def mwem_pgm(
     iters : int
         Prox-PGM iterations per round (warm-started).
     compile_mode : {"quick", "optimized"}
-        How XLA compiles each refit's loop (default ``"quick"``: no backend optimisation
-        passes; see :func:`~numpyro_dpgm.prox_pgm`). Every new clique is a new program that
-        then runs briefly, so compiling dominates: on Adult at ε = 1, AIM's 32 refits spent
-        138 of their 180 s compiling, against 336 of 361 s with ``"optimized"`` (one run
-        each). Take ``"optimized"`` for models whose fits run long (large cliques, many
-        iterations).
+        How XLA compiles the refits (default ``"quick"``, compiled about twice as fast; see
+        :class:`~numpyro_dpgm.mechanisms.refit.Refit` for when ``"optimized"`` is better).
     callback : callable ``(round, info) -> None``, optional
         Progress report after each round (``info`` holds the selected clique and the error).
     sampler : {"jax", "opendp"}
