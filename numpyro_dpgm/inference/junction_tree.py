@@ -16,8 +16,9 @@ oracle"; seed 002, §2). The work is shared out by job:
 5. queries (:mod:`~numpyro_dpgm.inference.queries`): out-of-model marginals from a calibrated
    tree.
 
-:func:`marginal` takes the messages from the same compiled program as :func:`marginals` (which
-returns them beside the marginals) and contracts on the host in NumPy, so a new attribute set
+:func:`marginal` and :func:`marginals_of` run one compiled program per network (the calibrated
+tree, or where a clique is factored the program of :func:`marginals`, which returns the
+messages beside the marginals) and answer on the host in NumPy, so a new attribute set
 compiles nothing; under ``jit``/``vmap``/``grad`` it is traced instead, from the clique
 marginals (:func:`~numpyro_dpgm.inference.queries.query_marginal`).
 
@@ -173,13 +174,14 @@ def marginal(
 
     Notes
     -----
-    With a concrete ``theta`` the call runs the compiled program of :func:`marginals` (the
-    same one, so nothing new is compiled for any attribute set) and answers on the host: a set
+    With a concrete ``theta`` the call is :func:`marginals_of` of one query: one compiled
+    program per network (nothing new is compiled for any attribute set), answered on the host.
+    Where the tree has a factored clique, that program is the one of :func:`marginals`: a set
     inside a network clique is summed out of that clique's marginal; any other set, including
     an out-of-model one (Problem 4 of seed 003), is contracted exactly over the subtree of
     cliques that covers it from the potentials placed there and the messages entering it
-    (module notes). If that contraction comes too close to underflow, the marginal is read
-    from the calibrated clique marginals instead (a second program, compiled then). Under
+    (module notes). If that contraction comes too close to underflow, or where no clique is
+    factored, the marginal is read from the calibrated clique marginals. Under
     ``jit``, ``vmap`` or ``grad`` the calibrated clique marginals are traced and
     :func:`query_marginal` answers.
     """
