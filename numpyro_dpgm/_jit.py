@@ -4,10 +4,10 @@ A fit compiles its loop once per network. Where the network changes every round 
 program runs a few hundred iterations of small tables (AIM's and MWEM's refits), compiling is
 most of the time: AIM on Adult spent 336 of its 361 fitting seconds compiling. XLA's backend
 optimisation level 0 (no LLVM optimisation passes) compiles those programs about twice as
-fast, and runs them 1.5 to 2 times slower (measured on AIM's refits on Adult at ε = 1). Both
-programs compute the same function in the same floating-point type; the compiler may round
-differently in the last bits (fusing or reordering operations), so iterates agree to rounding
-and a stopping rule may fire an iteration or so apart.
+fast, and runs them 1.5 to 2 times slower (AIM's refits on Adult at ε = 1, one run each;
+docs/mechanisms.md). Both programs compute the same function in the same floating-point
+type; the compiler may round differently in the last bits (fusing or reordering operations),
+so iterates agree to rounding and a stopping rule may fire an iteration or so apart.
 
 :class:`jit_modes` holds one ``jax.jit`` of a function per :data:`COMPILE_MODES` entry and
 calls the one its ``compile_mode=`` keyword names (each keeps its own cache).

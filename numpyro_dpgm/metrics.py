@@ -26,25 +26,20 @@ def embed_theta(source: MarkovNetwork, theta: Any, target: MarkovNetwork) -> Any
     """
     if source.domain != target.domain:
         raise ValueError("networks over different domains cannot share parameters")
-    tables = source.unflatten(jnp.asarray(theta))
+    traced = isinstance(theta, jax.core.Tracer)
+    tables = source.unflatten(theta if traced else np.asarray(theta))
     by_set = {frozenset(c): c for c in source.cliques}
     have = {frozenset(t) for t in target.cliques}
     missing = [c for c in source.cliques if frozenset(c) not in have]
     if missing:
         raise ValueError(f"target network lacks clique(s) {missing}")
-    if not isinstance(theta, jax.core.Tracer):  # on the host: no program per structure
-        parts = []
-        for c, shape in zip(target.cliques, target.shapes, strict=True):
-            src = by_set.get(frozenset(c))
-            parts.append(np.zeros(math.prod(shape), np.asarray(theta).dtype) if src is None
-                         else np.ravel(project_table(np.asarray(tables[src]), src, c)))
-        return device_array(np.concatenate(parts))
-    out = {}
+    xp: Any = jnp if traced else np  # on the host: no program per structure
+    parts = []
     for c, shape in zip(target.cliques, target.shapes, strict=True):
         src = by_set.get(frozenset(c))
-        out[c] = (jnp.zeros(shape, dtype=jnp.result_type(theta)) if src is None
-                  else project_table(tables[src], src, c))  # a pure transpose here
-    return target.flatten(CliqueTables(out))
+        parts.append(xp.zeros(math.prod(shape), dtype=jnp.result_type(theta)) if src is None
+                     else xp.ravel(project_table(xp.asarray(tables[src]), src, c)))  # transposes
+    return xp.concatenate(parts) if traced else device_array(np.concatenate(parts))
 
 
 def kl_divergence(p: MarkovRandomField, q: MarkovRandomField) -> Any:

@@ -243,8 +243,7 @@ def marginals_of(
         answer = _host_query(network, method, theta, messages, attrs)
         if answer is None:  # a contraction came too close to underflow: the calibrated tree
             if calibrated is None:
-                cal = _tree_marginals(network, theta, method)
-                calibrated = cal._replace(marginals=tuple(np.asarray(m) for m in cal.marginals))
+                calibrated = _on_host(_tree_marginals(network, theta, method))
             answer = np.asarray(query_marginal(tree, calibrated, attrs))
         out.append(answer.astype(messages.dtype, copy=False))
     return out
@@ -261,9 +260,12 @@ def host_calibration(
     """
     if any(_plan(network, method).factored):
         return None
-    cal = _tree_marginals(network, theta, method)
-    return cal._replace(log_z=np.asarray(cal.log_z),
-                        marginals=tuple(np.asarray(m) for m in cal.marginals))
+    return _on_host(_tree_marginals(network, theta, method))
+
+
+def _on_host(cal: TreeMarginals) -> TreeMarginals:
+    """``cal`` with NumPy arrays (queries then run in NumPy: nothing compiled per query)."""
+    return TreeMarginals(np.asarray(cal.log_z), tuple(np.asarray(m) for m in cal.marginals))
 
 
 def _theta_tables(network: MarkovNetwork, theta: Any) -> dict[Clique, np.ndarray]:

@@ -109,8 +109,8 @@ class Refit:
         passes; see :func:`~numpyro_dpgm.prox_pgm`). Every new clique is a new program that
         then runs briefly, so compiling dominates: on Adult at ε = 1, AIM's 32 refits spent
         138 of their 180 s compiling, against 336 of 361 s with ``"optimized"`` (one run
-        each). Take ``"optimized"`` for models whose fits run long (large cliques, many
-        iterations).
+        each, summed from ``extras["costs"]``; docs/mechanisms.md). Take ``"optimized"`` for
+        models whose fits run long (large cliques, many iterations).
 
     Attributes
     ----------
