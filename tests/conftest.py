@@ -28,3 +28,12 @@ def _release_compiled_programs():
     """
     yield
     jax.clear_caches()
+
+
+@pytest.fixture
+def keep_programs(monkeypatch):
+    """Lift the library's bound on held programs (``numpyro_dpgm._jit.MAX_PROGRAMS``) for a
+    test that counts compilations: no clearing in the middle of the count."""
+    from numpyro_dpgm import _jit
+
+    monkeypatch.setattr(_jit, "MAX_PROGRAMS", 10**9)

@@ -119,3 +119,44 @@ def test_variational_em_after_eviction_equals_a_fresh_fit(
     refit = variational_em_module.variational_em(release(1.0), NET, total_count=20, **opts)
     np.testing.assert_allclose(np.asarray(refit.model.theta), np.asarray(fresh.model.theta),
                                atol=1e-8)
+
+
+# ------------------------------------------------------------------------------------------------
+# compiled programs (numpyro_dpgm._jit): a bound on those held, all wrappers together
+# ------------------------------------------------------------------------------------------------
+def test_jit_wrappers_hold_at_most_max_programs_and_recompile_correctly(monkeypatch) -> None:
+    from numpyro_dpgm import _jit
+
+    monkeypatch.setattr(_jit, "MAX_PROGRAMS", 3)
+    _jit.clear_programs()
+    scale = _jit.jit_modes(lambda x, k: x * k, static_argnums=(1,))
+    shift = _jit.jit_modes(lambda x: x + 1.0)
+    for n in range(1, 8):  # a new static value and a new shape every call
+        np.testing.assert_array_equal(scale(jnp.ones(n), n), np.full(n, float(n)))
+        np.testing.assert_array_equal(shift(jnp.zeros(n), compile_mode="quick"), np.ones(n))
+        held = scale._cache_size() + shift._cache_size()
+        assert held == _jit.programs_held() <= 3
+    # a call already held compiles nothing and counts nothing new
+    before = (_jit.programs_held(), shift._cache_size())
+    shift(jnp.zeros(7), compile_mode="quick")
+    assert (_jit.programs_held(), shift._cache_size()) == before
+
+
+def test_a_mechanism_after_its_programs_were_dropped_gives_the_same_fit(monkeypatch) -> None:
+    from numpyro_dpgm import ZCDP, _jit, mst
+
+    rng = np.random.default_rng(5)
+    domain = {"a": 3, "b": 4, "c": 2, "d": 3}
+    records = np.stack([rng.integers(0, k, 400) for k in domain.values()], axis=1)
+    records[:, 1] = (records[:, 0] + rng.integers(0, 2, 400)) % 4  # a ~ b
+
+    def run() -> np.ndarray:
+        return np.asarray(mst(records, domain, budget=ZCDP(2.0), rng_key=3, sampler="jax",
+                              iters=200, compress=False).model.theta)
+
+    fresh = run()
+    monkeypatch.setattr(_jit, "MAX_PROGRAMS", 2)  # every fit now drops the others' programs
+    again = run()
+    assert _jit.programs_held() <= 2
+    assert sum(w._cache_size() for w in _jit._WRAPPERS) <= 2
+    np.testing.assert_allclose(again, fresh, rtol=0, atol=1e-12)

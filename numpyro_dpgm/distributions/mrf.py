@@ -89,6 +89,15 @@ class MarkovRandomField(Distribution):
         self.method = check_method(method)
         super().__init__(theta.shape[:-1], (len(network.domain),), validate_args=validate_args)
 
+    def validate_args(self, strict: bool = True) -> None:
+        """NumPyro's check of ``theta`` (every entry finite); a concrete ``theta`` is checked
+        on the host, where JAX would compile a small program for every network's size."""
+        if isinstance(self.theta, jax.core.Tracer):
+            super().validate_args(strict)
+        elif not np.all(np.isfinite(np.asarray(self.theta))):
+            raise ValueError("MarkovRandomField distribution got invalid theta parameter: "
+                             "every log-potential must be finite")
+
     @constraints.dependent_property(is_discrete=True, event_dim=1)
     def support(self) -> constraints.Constraint:
         upper = np.asarray(self.network.domain.shape) - 1

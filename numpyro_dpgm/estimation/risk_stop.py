@@ -122,7 +122,6 @@ class RiskState(NamedTuple):
     reason: Array
 
 
-@jax.jit
 def _probes(rng_key: Any, groups: tuple[TermGroup, ...]) -> tuple[Array, ...]:
     """:data:`PROBES` Rademacher vectors over the answers, shaped ``(PROBES, T, k)`` per group."""
     sizes = [g.values.size for g in groups]
@@ -193,10 +192,16 @@ def _uniform(oracle: MarginalOracle, dtype: Any) -> tuple[Array, Array]:
 
 
 def _risk_init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: Array,
-               probes: tuple[Array, ...], groups: tuple[TermGroup, ...], total: Array,
-               alpha: Array, *, window: int, uniform: bool) -> RiskState:
-    """The state at ``theta``: ``θ̇ = 0``, so ``ŷ̇ = 0`` and ``∇L̇ = ∂∇L/∂y·v`` (no oracle JVP).
-    ``uniform``: ``theta`` is zero, whose marginals need no oracle call."""
+               probes: tuple[Array, ...] | None, groups: tuple[TermGroup, ...], total: Array,
+               alpha: Array, rng_key: Any, *, window: int,
+               uniform: bool) -> tuple[RiskState, tuple[Array, ...]]:
+    """The state at ``theta``: ``θ̇ = 0``, so ``ŷ̇ = 0`` and ``∇L̇ = ∂∇L/∂y·v`` (no oracle JVP),
+    and the probes (drawn here from ``rng_key`` when ``probes`` is ``None``, in the same
+    program). ``uniform``: ``theta`` is zero, whose marginals need no oracle call."""
+    if probes is None:
+        if not jax.dtypes.issubdtype(jnp.result_type(rng_key), jax.dtypes.prng_key):
+            rng_key = jax.random.key(rng_key)
+        probes = _probes(rng_key, groups)
     if uniform:
         p, log_z = _uniform(oracle, theta.dtype)
         ostate = oracle.init_state()
@@ -210,12 +215,13 @@ def _risk_init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, the
     answer_dot = tuple(jnp.zeros_like(v) for v in probes)
     weights = tuple(jnp.ones_like(g.values) for g in groups)
     nan = jnp.full((), jnp.nan, theta.dtype)
-    return RiskState(
+    state = RiskState(
         md=md, theta_dot=jnp.zeros((probes[0].shape[0], theta.shape[0]), theta.dtype),
         grad_dot=grad_dot,
         answer_dot=answer_dot, weights=weights, pilot=-jnp.ones((), jnp.int32), df=zero,
         risk=nan, best_theta=md.theta, best_mu=md.mu, best_log_z=md.log_z, best_loss=md.loss,
         best_df=zero, best_risk=nan, best_t=md.t, reason=jnp.full((), RUNNING, jnp.int32))
+    return state, probes
 
 
 _risk_init = jit_modes(_risk_init, static_argnames=("oracle", "loss_fn", "window", "uniform"))
@@ -344,14 +350,15 @@ def risk_path(
     dtype = theta.dtype
     total_arr = jnp.asarray(total, dtype)
     operands = oracle_operands(oracle)
-    if probes is None:
-        if rng_key is None or isinstance(rng_key, int | np.integer):
-            rng_key = jax.random.key(0 if rng_key is None else int(rng_key))
-        probes = _probes(rng_key, groups)
-    state = _risk_init(oracle, loss_fn, operands, theta, probes, groups, total_arr,
-                       jnp.asarray(alpha, dtype), window=int(window),
-                       uniform=isinstance(oracle, ExactOracle) and not np.any(np.asarray(theta)),
-                       compile_mode=compile_mode)
+    if probes is not None:
+        rng_key = None
+    elif rng_key is None or isinstance(rng_key, int | np.integer):
+        rng_key = 0 if rng_key is None else int(rng_key)  # the key is made in _risk_init
+    state, probes = _risk_init(
+        oracle, loss_fn, operands, theta, probes, groups, total_arr, jnp.asarray(alpha, dtype),
+        rng_key, window=int(window),
+        uniform=isinstance(oracle, ExactOracle) and not np.any(np.asarray(theta)),
+        compile_mode=compile_mode)
     num_answers = jnp.asarray(float(sum(g.values.size for g in groups)), dtype)
     block = partial(_risk_block, oracle, loss_fn, operands, probes=probes, groups=groups,
                     total=total_arr, tol=jnp.asarray(float(tol), dtype),

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._jit import jit_modes
 from .._precision import warn_if_float32
 from ..domain import Clique, Domain
 from ..network import MarkovNetwork
@@ -319,7 +320,7 @@ def _as_vector(network: MarkovNetwork, theta: Array | CliqueTables) -> Array:
     return theta
 
 
-@functools.partial(jax.jit, static_argnames=("network", "method"))
+@functools.partial(jit_modes, static_argnames=("network", "method"))
 def _network_marginals(
     network: MarkovNetwork, theta: Array, total: Array, method: str
 ) -> tuple[tuple[Array, ...], Array]:
@@ -369,7 +370,7 @@ def _unpack_messages(
     return up, sep_marginals
 
 
-@functools.partial(jax.jit, static_argnames=("network", "method"))
+@functools.partial(jit_modes, static_argnames=("network", "method"))
 def _tree_marginals(network: MarkovNetwork, theta: Array, method: str) -> TreeMarginals:
     """The calibrated junction tree of ``network`` (the program behind :func:`marginal`)."""
     theta = _as_vector(network, theta)

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._deprecation import renamed_key
-from .._jit import device_array
+from .._jit import device_array, jit_modes
 from ..domain import Clique
 from ..network import MarkovNetwork
 from ..tables import CliqueTables, project_table
@@ -384,7 +384,7 @@ def _conditional_logits(network: MarkovNetwork, theta: Array, method: str) -> li
 
 
 #: :func:`_conditional_logits` compiled once per network and method (for the host's rounding).
-conditional_logits = jax.jit(_conditional_logits, static_argnums=(0, 2))
+conditional_logits = jit_modes(_conditional_logits, static_argnums=(0, 2))
 
 
 def _inverse_cdf(key: Array, logits: Array, row: Array) -> Array:

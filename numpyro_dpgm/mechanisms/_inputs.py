@@ -131,10 +131,14 @@ def setup(data: Any, domain: Domain | Mapping[str, int] | None, *, budget: Any, 
 
 
 def split_key(key: Any, num: int = 2) -> tuple[Any, ...]:
-    """``num`` fresh keys from ``key`` (``None`` stays ``None``: the OpenDP sampler)."""
+    """``num`` fresh keys from ``key`` (``None`` stays ``None``: the OpenDP sampler).
+
+    The ``i``-th is ``fold_in(key, i)``: one compiled program for every ``num``, where
+    ``jax.random.split`` compiles one per ``num`` and another to unstack its result.
+    """
     if key is None:
         return (None,) * num
-    return tuple(jax.random.split(key, num))
+    return tuple(jax.random.fold_in(key, i) for i in range(num))
 
 
 def check_positive_int(value: Any, name: str) -> int:

@@ -21,9 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._jit import device_array
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Domain
 from ..measurements import Gaussian, Measurement
@@ -105,13 +107,18 @@ class Compression:
         ``p(x) = p_c(c(x)) / Π_a |g(c(x_a))|``: every clique's log-potentials are read at the
         compressed codes, and ``−log |g|`` is added once per attribute (to the first clique
         holding it, or to a new one-way clique). Works for batched ``θ`` (posterior draws).
+        A concrete ``θ`` is rearranged on the host (NumPy), a traced one in JAX: eager JAX
+        operations would compile a small program per table shape, and the shapes change with
+        every compression.
         """
         if model.network.domain != self.domain:
             raise ValueError("the model is not over this compression's domain")
         net = model.network
-        theta = jnp.asarray(model.theta)
+        traced = isinstance(model.theta, jax.core.Tracer)
+        xp = jnp if traced else np
+        theta = model.theta if traced else np.asarray(model.theta)
         batch = theta.shape[:-1]
-        tables = {c: jnp.reshape(theta[..., o:o + n], batch + s) for c, o, n, s in
+        tables = {c: xp.reshape(theta[..., o:o + n], batch + s) for c, o, n, s in
                   zip(net.cliques, net.offsets, net.sizes, net.shapes, strict=True)}
         cliques = list(net.cliques)
         cliques += [(a,) for a in self.compressed if not any(a in c for c in cliques)]
@@ -119,19 +126,19 @@ class Compression:
         for c in cliques:
             table = tables.get(c)
             if table is None:
-                table = jnp.zeros(batch + self.domain.shape_of(c), dtype=theta.dtype)
+                table = xp.zeros(batch + self.domain.shape_of(c), dtype=theta.dtype)
             for axis, a in enumerate(c):
-                idx = jnp.asarray(self.code_map(a))
-                table = jnp.take(table, idx, axis=len(batch) + axis)
+                table = xp.take(table, self.code_map(a), axis=len(batch) + axis)
                 if a not in placed:
                     placed.add(a)
                     shape = [1] * len(c)
                     shape[axis] = -1
                     log_g = np.log(self.group_sizes(a).astype(float))[self.code_map(a)]
-                    table = table - jnp.reshape(jnp.asarray(log_g, theta.dtype), shape)
-            out.append(jnp.reshape(table, batch + (-1,)))
+                    table = table - np.reshape(log_g.astype(theta.dtype), shape)
+            out.append(xp.reshape(table, batch + (-1,)))
         network = MarkovNetwork(self.original, cliques)
-        return MarkovRandomField(network, jnp.concatenate(out, axis=-1))
+        flat = xp.concatenate(out, axis=-1)
+        return MarkovRandomField(network, flat if traced else device_array(flat))
 
 
 def compress_domain(

@@ -38,6 +38,9 @@ __all__ = ["Selection", "exponential_mechanism", "selection_epsilon", "selection
 
 #: OpenDP's privacy map may differ from the closed form by floating-point rounding only.
 _OPENDP_MAP_TOLERANCE = 1e-9
+#: The seeded sampler draws at least this many Gumbel variables (one compiled program for
+#: every run with at most this many candidates).
+GUMBEL_BLOCK = 256
 
 
 class Selection(NamedTuple):
@@ -173,9 +176,10 @@ def exponential_mechanism(
         index = int(meas(scores.tolist()))
     else:
         dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-        # drawn in a power-of-two length (sliced), so that a run whose number of candidates
-        # changes every round compiles the sampler a few times, not once per length
-        size = 1 << max(0, int(scores.size - 1).bit_length())
+        # drawn in a power-of-two length of at least GUMBEL_BLOCK (sliced), so that a run
+        # whose number of candidates changes every round compiles the sampler once or twice,
+        # not once per length
+        size = max(GUMBEL_BLOCK, 1 << max(0, int(scores.size - 1).bit_length()))
         gumbel = np.asarray(jax.random.gumbel(key, (size,), dtype=dtype))[: scores.size]
         index = int(np.argmax(logits + gumbel))
     return Selection(index, probs)

@@ -46,6 +46,7 @@ def test_the_optimum_is_reached_accelerated_by_default_in_fewer_oracle_calls():
     assert fast.iterations < slow.iterations
 
 
+@pytest.mark.usefixtures("keep_programs")
 def test_refit_of_a_known_structure_does_not_recompile():
     rng = np.random.default_rng(23)
     theta = rng.normal(size=CYCLE.num_params)
@@ -111,6 +112,7 @@ def test_error_on_released_marginals_falls_with_the_noise(epsilon):
     assert ours <= 1e-3 if epsilon > 100 else ours <= 0.02
 
 
+@pytest.mark.usefixtures("keep_programs")
 def test_an_appgm_refit_with_new_values_does_not_recompile():
     from numpyro_dpgm.inference import gbp
     from numpyro_dpgm.inference.oracles import ConvexGBPOracle

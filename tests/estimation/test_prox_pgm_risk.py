@@ -208,6 +208,7 @@ def test_auto_fits_the_optimum_where_the_risk_rule_does_not_apply(option):
     _same_fit(auto, prox_pgm(ms, TREE, total_count=500.0, stop="optimum", **option))
 
 
+@pytest.mark.usefixtures("keep_programs")
 def test_the_path_compiles_once_per_structure_whatever_its_blocks():
     from numpyro_dpgm.estimation import risk_stop
 

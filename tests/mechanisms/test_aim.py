@@ -79,6 +79,7 @@ def test_workloads_weights_and_target(chain_records):
     assert fit.extras["candidates"][("a", "b")] == 4.0
 
 
+@pytest.mark.usefixtures("keep_programs")
 def test_huge_budget_reproduces_the_workload_exactly(chain_records):
     from numpyro_dpgm.estimation import mirror_descent
 
