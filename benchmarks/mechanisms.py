@@ -22,10 +22,11 @@ three changes ``--setup-mbi`` applies before installing it (none touches what th
 compute).
 
 ``--update`` adds this call's runs to those already in ``--out`` (a run repeated replaces the
-earlier one), so a grid can be completed or one contender rerun after a change; every run
-keeps its own load average. ``--plan full`` runs the whole grid (2 data sets ×
-ε ∈ {0.1, 1, 10} × 5 seeds × 4 contenders); ``--plan reduced`` a small grid (Titanic: every ε,
-2 seeds, all four; Adult: ε = 1, 1 seed, all but mbi's AIM). A run that exceeds ``--timeout`` is
+earlier one), so a grid can be completed (``--missing`` runs only what has no successful run
+yet) or one contender rerun after a change; every run keeps its own load average.
+``--plan full`` runs the whole grid (2 data sets × ε ∈ {0.1, 1, 10} × 5 seeds × 4
+contenders); ``--plan reduced`` a small grid (Titanic: every ε, 2 seeds, all four; Adult:
+ε = 1, 1 seed, all but mbi's AIM). A run that exceeds ``--timeout`` is
 recorded as a timeout.
 """
 
@@ -103,6 +104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--update", action="store_true",
                         help="keep the runs already in OUT/mechanisms-cpu.json, replacing those "
                              "this call repeats (same data, contender, ε and seed)")
+    parser.add_argument("--missing", action="store_true",
+                        help="with --update: run only what OUT has no successful run of (to "
+                             "complete a grid)")
     parser.add_argument("--one", nargs=5, metavar=("DATA", "MECH", "EPS", "SEED", "OUT"),
                         help=argparse.SUPPRESS)
 
@@ -240,12 +244,14 @@ def main(args: argparse.Namespace) -> int:
         setup_mbi(args.setup_mbi, args.mbi_repo, args.mbi_python)
     args.out.mkdir(parents=True, exist_ok=True)
     runs = _earlier(args.out) if args.update else []
+    done = {_key(r) for r in runs if r["status"] == "ok"} if args.missing else set()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for data, contender, eps, seed in plan(args.plan):
             if contender not in args.contenders or data not in args.data or (
                     args.epsilons is not None and eps not in args.epsilons) or (
-                    args.seeds is not None and seed >= args.seeds):
+                    args.seeds is not None and seed >= args.seeds) or (
+                    (data, contender, eps, seed) in done):
                 continue
             r = run(data, contender, eps, seed, args, Path(tmp))
             runs = [q for q in runs if _key(q) != _key(r)] + [r]

@@ -176,7 +176,7 @@ def _laplace_weights(mu: Array, groups: tuple[TermGroup, ...]) -> tuple[Array, .
     """``w_i = (|r_i|/b + 1)/2`` for Laplace answers (``r`` the residual at ``mu``), else 1."""
     out = []
     for g, pred in zip(groups, group_answers(mu, groups), strict=True):
-        b = g.laplace_scale.astype(mu.dtype)[:, None]
+        b = g.laplace_scale.astype(mu.dtype)
         lap = b > 0
         w = 0.5 * (jnp.abs(pred - g.values) / jnp.where(lap, b, 1.0) + 1.0)
         out.append(jnp.where(lap, w, 1.0))

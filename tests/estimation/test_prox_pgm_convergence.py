@@ -155,13 +155,20 @@ def test_the_region_graph_and_the_measurements_are_data_of_the_loop_not_constant
     # the same values as the oracle with its cached tables
     direct, with_ops = oracle(theta, None), apply_oracle(oracle, ops, theta, None)
     np.testing.assert_array_equal(np.asarray(direct[0]), np.asarray(with_ops[0]))
-    # measurements of the cliques, of a sub-clique (attributes reordered) and through a query
+    # measurements of the cliques, of a sub-clique (attributes reordered), through a query,
+    # and through diagonal queries (Gaussian and Laplace noise)
     ms = table_measurements(net, np.asarray(theta), 50.0, Gaussian(1.0))
+    diag = np.linspace(0.5, 2.0, 9)
     ms += [Measurement(("x2", "x0"), np.arange(9.0), Laplace(2.0)),
-           Measurement(("x5", "x4"), np.ones(2), Gaussian(3.0), np.eye(2, 9))]
+           Measurement(("x5", "x4"), np.ones(2), Gaussian(3.0), np.eye(2, 9)),
+           Measurement(("x2", "x4"), np.arange(9.0) - 3.0, Gaussian(2.0), np.diag(diag)),
+           Measurement(("x4", "x5"), np.arange(9.0) + 1.0, Laplace(1.5), np.diag(-diag))]
     terms, data = build_terms(net, ms, "auto")
     kinds, groups = group_terms(net, terms, data)
-    assert kinds == ("l2", "l2", "l1", "l2")  # 27-cell and 9-cell tables, L1, the query
+    # one row of every table read cell by cell (27- and 9-cell tables and the Gaussian
+    # diagonal query together), the L1 sub-clique, the query, the L1 diagonal query
+    assert kinds == ("l2", "l1", "l2", "l1")
+    assert groups[0].values.shape == (1, 2 * 27 + 2 * 9 + 9)
     loss, mu = md.MarginalLoss(kinds), 50.0 * direct[0]
     for smooth in (0.0, 0.3):
         want = terms_loss(net, terms, mu, data, jnp.asarray(smooth))
