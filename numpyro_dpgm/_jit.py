@@ -25,6 +25,11 @@ first (:func:`clear_programs`). Thirty MST runs on Titanic in one process then p
 about 18,000 maps (counted by hand from ``/proc/self/maps`` after each run). A structure used
 again after a clearing is compiled again; a fit calls one structure's programs many times in a
 row and keeps them.
+
+>>> import jax.numpy as jnp
+>>> double = jit_modes(lambda x: 2 * x)
+>>> float(double(jnp.ones(()), compile_mode="quick"))
+2.0
 """
 
 from __future__ import annotations
