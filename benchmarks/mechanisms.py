@@ -207,6 +207,8 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                      "error_mean": float(err.mean()) if ok else None,
                      "error_sd": float(err.std(ddof=1)) if len(ok) > 1 else None,
                      "seconds_mean": float(sec.mean()) if ok else None,
+                     "timeout_seconds": min((r["seconds"] for r in group
+                                             if r["status"] == "timeout"), default=None),
                      "load_mean": float(np.mean([r["loadavg_start"][0] for r in group]))})
     return rows
 
@@ -224,7 +226,8 @@ def table(summary: list[dict[str, Any]]) -> str:
             row = next((r for r in summary if (r["data"], r["epsilon"], r["contender"]) ==
                         (data, eps, c)), None)
             if row is None or row["error_mean"] is None:
-                cells += ["timeout" if row and row["timeouts"] else "–", "–"]
+                cells += (["–", "–"] if not (row and row["timeouts"]) else
+                          [f"timeout ({row['timeouts']})", f"> {row['timeout_seconds']:.0f}"])
                 continue
             sd = f" ± {row['error_sd']:.3f}" if row["error_sd"] is not None else ""
             late = f", {row['timeouts']} timeout" if row["timeouts"] else ""
