@@ -166,8 +166,9 @@ def _print_row(r: dict[str, Any]) -> None:
     if "error" in r:
         print(f"{r['cliques']:>6} {r['error']}")
         return
+    per_iter = "–" if r["s_per_iter"] is None else f"{r['s_per_iter']:.3f}"  # one block only
     print(f"{r['cliques']:>6} {r['regions']:>7} {r['region_cells']:>10,} {r['compile_s']:>9.1f} "
-          f"{r['xla_compilations']:>4} {r['first_call_s']:>9.1f} {r['s_per_iter']:>8.3f} "
+          f"{r['xla_compilations']:>4} {r['first_call_s']:>9.1f} {per_iter:>8} "
           f"{r['fit_s']:>8.1f} {r['peak_rss_mb']:>8.0f} {r['load_before'][0]:>5} "
           f"{r['load_after'][0]:>5}")
 
