@@ -314,9 +314,11 @@ def prox_pgm(
         ``method`` ``"auto"`` or ``"md"``, no ``init``: a warm start asks for the optimum
         near it, not for a path from the maximum-entropy point) and the path reaches the
         noise level within ``max_iters // 3`` iterations (:data:`AUTO_BUDGET_SHARE`), else
-        ``"optimum"``. At high noise the path is short and its fit the more accurate; at low
-        noise it is long and the optimum is nearly as good, so the budget spent on the path
-        (``extras["risk_path_iterations"]``; ``iterations`` counts the optimum's) is the
+        ``"optimum"``; the path gives that budget up sooner where its loss falls too slowly to
+        reach the level in time (:data:`~numpyro_dpgm.estimation.risk_stop.SPEEDUP`). At high
+        noise the path is short and its fit the more accurate; at low noise it is long and the
+        optimum is nearly as good, so the iterations spent on the path
+        (``extras["risk_path_iterations"]``; ``iterations`` counts the optimum's) are the
         price of the choice. ``extras["stop"]`` names the rule that made the fit.
         ``"optimum"``: iterate to the minimiser of ``L`` (the ``tol`` rule).
         ``"risk"``: the mirror-descent path from the uniform distribution (``init`` when
@@ -506,9 +508,9 @@ def prox_pgm(
                         window=window, budget=budget,
                         rng_key=rng_key if stop == "risk" else None, callback=callback,
                         callback_every=callback_every, compile_mode=compile_mode)
-        if fit is not None:
+        if isinstance(fit, Result):
             return fit
-        rule, spent = "optimum", budget  # the path did not reach the noise level in time
+        rule, spent = "optimum", fit  # the path did not reach the noise level in time
     scheme = method if method != "auto" else (
         "accelerated" if isinstance(the_oracle, ExactOracle) and rule == "optimum" else "md")
     theta0 = given
@@ -565,10 +567,10 @@ def prox_pgm(
 def _risk_fit(oracle: ExactOracle, loss_fn: MarginalLoss, theta0: Array, groups: Any,
               total: float, estimated: bool, network: MarkovNetwork,
               measurements: Sequence[Measurement], start: float, stop: str,
-              **options: Any) -> Result | None:
+              **options: Any) -> Result | int:
     """``prox_pgm(stop="risk")``: the path's iterate of least estimated risk
-    (:mod:`~numpyro_dpgm.estimation.risk_stop`); ``None`` when the path spent its ``budget``
-    before reaching the noise level."""
+    (:mod:`~numpyro_dpgm.estimation.risk_stop`); the path's iterations when it gave its
+    ``budget`` up before reaching the noise level."""
     iters = options["iters"]
     level = expected_noise_loss(measurements, "l2")
     state, trace, risk_trace = risk_path(oracle, loss_fn, theta0, groups, total, level=level,
@@ -576,7 +578,7 @@ def _risk_fit(oracle: ExactOracle, loss_fn: MarginalLoss, theta0: Array, groups:
     md = state.md
     reason = int(state.reason)
     if reason == BUDGET:
-        return None
+        return int(md.t)
     stopped_by = {RISK: "risk", OPTIMUM: "tolerance"}.get(reason, "iteration limit")
     if stopped_by == "iteration limit":
         where = ("no iterate had reached the noise level, where the estimates are compared"

@@ -192,8 +192,34 @@ def test_auto_fits_the_optimum_where_the_path_spends_its_budget():
     auto = prox_pgm(ms, TREE, total_count=1e5, max_iters=300)
     optimum = prox_pgm(ms, TREE, total_count=1e5, max_iters=300, stop="optimum")
     _same_fit(auto, optimum)
-    assert auto.extras["stop"] == "optimum" and auto.extras["risk_path_iterations"] == 100
+    assert auto.extras["stop"] == "optimum" and 0 < auto.extras["risk_path_iterations"] <= 100
     assert auto.iterations == optimum.iterations
+
+
+def test_out_of_reach_extrapolates_a_geometric_decrease_speedup_times_as_fast():
+    from numpyro_dpgm.estimation.risk_stop import LOOKBACK, NEAR, SPEEDUP, _out_of_reach
+
+    level = 1000.0
+    # the excess fell from 99 to 9 over LOOKBACK iterations; at that rate it reaches NEAR after
+    # LOOKBACK·log(NEAR/9)/log(9/99) iterations, SPEEDUP times fewer with the speed-up
+    need = LOOKBACK * math.log(NEAR / 9.0) / math.log(9.0 / 99.0) / SPEEDUP
+    loss, then = level * 10.0, level * 100.0
+    assert bool(_out_of_reach(loss, then, level, math.floor(need)))
+    assert not bool(_out_of_reach(loss, then, level, math.ceil(need)))
+    assert bool(_out_of_reach(loss, loss, level, 10**6))  # not falling: never
+    assert not bool(_out_of_reach(level * (1 + NEAR / 2), then, level, 0))  # near enough
+
+
+def test_auto_gives_the_budget_up_early_where_the_level_is_out_of_reach():
+    # two measurements of a's table that disagree by 20,000 counts at σ = 1: the least loss is
+    # 2·10⁸, far above the noise level m/2 = 2; the path gets there in a few iterations, then
+    # its loss stops falling, and the budget of 1,000 iterations is given up
+    ms = [Measurement(("a",), np.array([8e4, 2e4]), Gaussian(1.0)),
+          Measurement(("a",), np.array([6e4, 4e4]), Gaussian(1.0))]
+    auto = prox_pgm(ms, TREE, total_count=1e5, max_iters=3000)
+    optimum = prox_pgm(ms, TREE, total_count=1e5, max_iters=3000, stop="optimum")
+    assert auto.extras["stop"] == "optimum" and auto.extras["risk_path_iterations"] < 50
+    _same_fit(auto, optimum)
 
 
 @pytest.mark.parametrize("option", [dict(loss="l1"), dict(method="accelerated"),
