@@ -670,3 +670,29 @@ def test_nuts_says_its_path_and_shows_progress_when_not_a_terminal(tmp_path, mon
     assert options["path"] == path and options["max_depth_hits"] >= 0
     _fails(["fit", meas, "--method", "nuts", "--path", "both", "-o", tmp_path / "x.json"],
            "unknown --path 'both'", tmp_path / "x.json")
+
+
+def test_reproduce_set_bounds_a_run_and_refuses_bad_settings(tmp_path):
+    """``--set KEY=VALUE`` replaces settings of mckenna2021's run (a bounded run: the
+    scalability part alone at two clique counts); bad settings fail before anything is written."""
+    import csv
+
+    out = tmp_path / "bounded"
+    _ok(["reproduce", "mckenna2021", "--quick", "--out", out, "--set", "parts=scalability",
+         "--set", "scal_m=1,8", "--set", "scal_iters=2", "--set", "oracles=exact"])
+    with open(out / "scalability.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["m"], r["oracle"]) for r in rows] == [("1", "exact"), ("8", "exact")]
+    assert not (out / "adult_errors.csv").exists()
+    bad = tmp_path / "bad"
+    for setting, needle in (("nope=1", "unknown settings ['nope']"),
+                            ("epsilons", "--set expects KEY=VALUE"),
+                            ("epsilons=", "--set expects KEY=VALUE"),
+                            ("epsilons=7", "epsilons must be among"),
+                            ("oracles=exact,bp", "oracles must be a non-empty subset"),
+                            ("iters_exact=0", "iters_exact must be a positive integer")):
+        _fails(["reproduce", "mckenna2021", "--quick", "--out", bad, "--set", setting], needle)
+        assert not bad.exists()
+    _fails(["reproduce", "zhang2020", "--quick", "--out", bad, "--set", "trials=1"],
+           "zhang2020 has no settings to replace")
+    assert not bad.exists()

@@ -70,6 +70,31 @@ def _experiments() -> list[str]:
 EXPERIMENTS = _experiments()
 
 
+def _setting(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of ``--set``: the value as a Python literal (``10``, ``1e4``, ``inf``,
+    ``exact``), a comma-separated one as a tuple of them."""
+    import ast
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or not value.strip():
+        _fail(f"--set expects KEY=VALUE, e.g. --set epsilons=10, got {text!r}")
+
+    def literal(item: str) -> object:
+        item = item.strip()
+        try:
+            return ast.literal_eval(item)
+        except (ValueError, SyntaxError):
+            try:
+                return float(item)  # inf, nan
+            except ValueError:
+                return item  # a name, e.g. exact
+
+    items = [literal(v) for v in value.split(",") if v.strip()]
+    if not items:
+        _fail(f"--set {key.strip()}= has no value")
+    return key.strip(), tuple(items) if "," in value else items[0]
+
+
 def reproduce(
     experiment: Annotated[str, typer.Argument(help=f"one of {sorted(EXPERIMENTS)}")],
     quick: Annotated[bool, typer.Option(help="a small version that runs in minutes")] = False,
@@ -77,6 +102,11 @@ def reproduce(
         help="output folder (default outputs/reproduce/EXPERIMENT); it must be new or empty "
              "unless --force")] = None,
     force: Force = False,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="KEY=VALUE",
+        help="replace one setting of the run, for a bounded run (repeatable; commas make a "
+             "list), e.g. --set epsilons=10,100 --set oracles=exact --set iters_exact=1000 "
+             "--set parts=adult (mckenna2021; its run() lists the keys)")] = None,
 ) -> None:
     """Reproduce a paper's experiments: CSV tables and PNG figures."""
     import importlib
@@ -84,12 +114,17 @@ def reproduce(
     if experiment not in EXPERIMENTS:
         _fail(f"unknown experiment {experiment!r}; choose one of {sorted(EXPERIMENTS)}")
     out = out or Path("outputs/reproduce") / experiment
+    module = importlib.import_module(f"..experiments.{experiment}", __package__)
+    overrides = dict(_setting(text) for text in set_ or ())
+    if overrides and not hasattr(module, "settings"):
+        _fail(f"{experiment} has no settings to replace: run it without --set")
     with _input_errors():
         _check_folder(out, None, force)
-    module = importlib.import_module(f"..experiments.{experiment}", __package__)
+        if overrides:
+            module.settings(quick, **overrides)
     _enable_x64()
     with _stage(f"reproducing {experiment}{' (quick)' if quick else ''}"):
-        written = module.run(out, quick=quick)
+        written = module.run(out, quick=quick, **overrides)
     console.print(f"wrote {out}" if written is None else f"wrote {written}")
 
 

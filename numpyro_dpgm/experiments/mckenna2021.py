@@ -60,7 +60,7 @@ from ..privacy.ledger import PrivacyLedger
 from ..privacy.samplers import simulate_noise
 from ._common import pyplot, write_csv
 
-__all__ = ["DELTA", "EXACT_CELL_CAP", "PAPER", "SIGMA_RDP", "adult_cliques", "run"]
+__all__ = ["DELTA", "EXACT_CELL_CAP", "PAPER", "SIGMA_RDP", "adult_cliques", "run", "settings"]
 
 #: δ of the Appendix C.4 experiment.
 DELTA = 1e-6
@@ -266,6 +266,44 @@ def _plots(out: Path, summary: list[dict], scal: list[dict]) -> None:
         plt.close(fig)
 
 
+def settings(quick: bool = False, **overrides: Any) -> dict[str, Any]:
+    """The settings of a run: the mode's, with ``overrides`` checked and applied.
+
+    A single value given for a setting that holds several (``epsilons=10``) is taken as a
+    one-element tuple. See :func:`run` for the names.
+
+    Raises
+    ------
+    ValueError
+        An unknown setting, an ε without a tabulated σ, or an unknown oracle or part.
+
+    Examples
+    --------
+    >>> settings(quick=True, epsilons=10.0, oracles="exact")["epsilons"]
+    (10.0,)
+    """
+    cfg = dict(_QUICK if quick else _FULL)
+    unknown = set(overrides) - set(cfg)
+    if unknown:
+        raise ValueError(f"unknown settings {sorted(unknown)}; valid: {sorted(cfg)}")
+    for key, value in overrides.items():
+        several = isinstance(cfg[key], tuple)
+        cfg[key] = (tuple(value) if isinstance(value, tuple | list) else (value,)) if several \
+            else value
+    if not set(cfg["epsilons"]) <= set(SIGMA_RDP):
+        raise ValueError(f"epsilons must be among {sorted(SIGMA_RDP)}, got {cfg['epsilons']}")
+    if not set(cfg["oracles"]) <= {"exact", "region_graph"} or not cfg["oracles"]:
+        raise ValueError(f"oracles must be a non-empty subset of ('exact', 'region_graph'), "
+                         f"got {cfg['oracles']!r}")
+    if not set(cfg["parts"]) <= {"adult", "scalability"} or not cfg["parts"]:
+        raise ValueError(f"parts must be a non-empty subset of ('adult', 'scalability'), "
+                         f"got {cfg['parts']!r}")
+    for key in ("trials", "iters_exact", "iters_approx", "scal_iters"):
+        if not isinstance(cfg[key], int) or cfg[key] < 1:
+            raise ValueError(f"{key} must be a positive integer, got {cfg[key]!r}")
+    return cfg
+
+
 def run(out_dir: str | Path, quick: bool = False, verbose: bool = False,
         **overrides: Any) -> Path:
     """Run the study and write its tables and figures (see the module notes).
@@ -286,7 +324,9 @@ def run(out_dir: str | Path, quick: bool = False, verbose: bool = False,
         ``SIGMA_RDP``), ``trials``, ``iters_exact``, ``iters_approx``, ``oracles`` (a subset of
         ``("exact", "region_graph")``), ``parts`` (a subset of ``("adult", "scalability")``),
         ``scal_m`` (clique counts), ``scal_iters`` and ``scal_budget`` (seconds after which
-        no further clique count is started). Rows are written to the CSV files as they finish.
+        no further clique count is started), checked by :func:`settings`
+        (``dpgm reproduce mckenna2021 --set KEY=VALUE``). Rows are written to the CSV files as
+        they finish.
 
     Returns
     -------
@@ -300,19 +340,7 @@ def run(out_dir: str | Path, quick: bool = False, verbose: bool = False,
     """
     if not jax.config.jax_enable_x64:
         raise RuntimeError("enable float64 first: numpyro.enable_x64()")
-    cfg = dict(_QUICK if quick else _FULL)
-    unknown = set(overrides) - set(cfg)
-    if unknown:
-        raise ValueError(f"unknown settings {sorted(unknown)}; valid: {sorted(cfg)}")
-    cfg.update(overrides)
-    if not set(cfg["epsilons"]) <= set(SIGMA_RDP):
-        raise ValueError(f"epsilons must be among {sorted(SIGMA_RDP)}, got {cfg['epsilons']}")
-    if not set(cfg["oracles"]) <= {"exact", "region_graph"} or not cfg["oracles"]:
-        raise ValueError(f"oracles must be a non-empty subset of ('exact', 'region_graph'), "
-                         f"got {cfg['oracles']!r}")
-    if not set(cfg["parts"]) <= {"adult", "scalability"} or not cfg["parts"]:
-        raise ValueError(f"parts must be a non-empty subset of ('adult', 'scalability'), "
-                         f"got {cfg['parts']!r}")
+    cfg = settings(quick, **overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
