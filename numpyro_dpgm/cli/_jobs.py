@@ -106,7 +106,7 @@ def reproduce(
         "--set", metavar="KEY=VALUE",
         help="replace one setting of the run, for a bounded run (repeatable; commas make a "
              "list), e.g. --set epsilons=10,100 --set oracles=exact --set iters_exact=1000 "
-             "--set parts=adult (mckenna2021; its run() lists the keys)")] = None,
+             "--set parts=adult (mckenna2021: the keys of mckenna2021.settings)")] = None,
 ) -> None:
     """Reproduce a paper's experiments: CSV tables and PNG figures."""
     import importlib

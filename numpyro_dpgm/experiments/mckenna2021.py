@@ -299,7 +299,7 @@ def settings(quick: bool = False, **overrides: Any) -> dict[str, Any]:
         raise ValueError(f"parts must be a non-empty subset of ('adult', 'scalability'), "
                          f"got {cfg['parts']!r}")
     for key in ("trials", "iters_exact", "iters_approx", "scal_iters"):
-        if not isinstance(cfg[key], int) or cfg[key] < 1:
+        if not isinstance(cfg[key], int | np.integer) or cfg[key] < 1:
             raise ValueError(f"{key} must be a positive integer, got {cfg[key]!r}")
     return cfg
 
