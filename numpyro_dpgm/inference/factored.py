@@ -188,8 +188,11 @@ def _factored_upward(network: MarkovNetwork, theta: Array, method: str) -> _Fact
             factors[i] += [((a,), jnp.ones(domain[a], theta.dtype))
                            for a in clique if a not in covered]
             sums[i] = _contract(domain, factors[i], sep)
-            checks.append(jnp.all(sums[i] >= _UNDERFLOW_GUARD))
-            msg = shift + jnp.log(sums[i])
+            trusted = sums[i] >= _UNDERFLOW_GUARD
+            checks.append(jnp.all(trusted))
+            # an untrusted call is answered by the fallback; its log is kept finite so that
+            # its gradient, multiplied by the zero cotangent the fallback leaves, stays zero
+            msg = shift + jnp.log(jnp.where(trusted, sums[i], 1.0))
         else:
             x = jnp.zeros(domain.shape_of(clique), theta.dtype)
             for c in plan.home[i]:

@@ -23,7 +23,7 @@ from numpyro_dpgm import Domain, MarkovNetwork
 from numpyro_dpgm.inference import ExactOracle, memory
 from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.inference.calibration import clique_log_potentials
-from numpyro_dpgm.inference.factored import _plan
+from numpyro_dpgm.inference.factored import _factored_log_partition, _plan
 
 METHODS = ("min_fill", "min_size")
 NAMES = [s.name for s in STRUCTURES]
@@ -386,15 +386,17 @@ def _indicators(net: MarkovNetwork, clique: tuple[str, ...], attrs: tuple[str, .
 @pytest.mark.parametrize("method", METHODS)
 def test_exact_oracle_with_a_factored_clique_against_brute_force(method: str) -> None:
     """``ExactOracle`` gives ``μ`` and ``log Z`` of enumeration, jitted, at θ of ±1, ±30 and
-    ±300 per cell (the last through the log-space fallback), and its JVP is the covariance of
-    the sufficient statistics times the tangent, ``dμ = Cov(φ)·v`` (the risk path's
-    divergence differentiates the oracle forward)."""
+    ±3000 per cell (the last through the log-space fallback, checked), and its JVP is the
+    covariance of the sufficient statistics times the tangent, ``dμ = Cov(φ)·v`` (the risk
+    path's divergence differentiates the oracle forward)."""
     net = _complete4()
     assert any(_plan(net, method).factored)
     oracle = jax.jit(lambda t: ExactOracle(net, method)(t, ())[:2])
     rng = np.random.default_rng(7)
-    for scale in (1.0, 30.0, 300.0):
+    for scale in (1.0, 30.0, 3000.0):
         theta = rng.uniform(-scale, scale, net.num_params)
+        ok = bool(_factored_log_partition(net, jnp.asarray(theta), method)[1])
+        assert ok == (scale < 3000.0)  # the contraction is trusted, or the fallback answers
         exact = BruteForce(net, theta)
         mu, log_z = oracle(jnp.asarray(theta))
         assert_close(log_z, exact.log_z, f"log Z (scale {scale})")
