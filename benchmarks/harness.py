@@ -29,7 +29,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
@@ -178,13 +178,16 @@ def json_default(x: Any) -> Any:
 
     Examples
     --------
-    >>> json.dumps([np.int64(3), np.float32(0.5), np.float32("inf")], default=json_default)
-    '[3, 0.5, "inf"]'
+    >>> json.dumps([np.int64(3), np.float32(0.5), np.float32("inf"), PurePath("out")],
+    ...            default=json_default)
+    '[3, 0.5, "inf", "out"]'
     """
     if isinstance(x, np.integer):
         return int(x)
     if isinstance(x, np.floating):
         return float(x) if math.isfinite(x) else str(x)
+    if isinstance(x, PurePath):
+        return str(x)
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 

@@ -33,6 +33,7 @@ from numpyro_dpgm.infer.bayes.gibbs import exact_gibbs_fn
 from numpyro_dpgm.infer.bayes.records import (
     exact_count_update,
     record_plan,
+    record_update,
     records_from_tables,
     tables_from_records,
 )
@@ -166,6 +167,34 @@ def test_one_update_keeps_the_exact_posterior(exact_chain, moves):
     np.testing.assert_allclose(after.std(0), sd, atol=0.03)
 
 
+def test_kept_records_keep_the_exact_posterior(exact_chain):
+    """Three updates of records kept between them (dealt once, as :class:`RecordSwaps` does)
+    from exact posterior draws of the tables: still exact."""
+    keys, log_q = exact_chain
+    model = noisy_marginals_model(NETC, chain_release(), NC, theta=chain_theta(), relaxed=False)
+    plan = record_plan(model)
+    draws = 20_000
+    start = keys[np.random.default_rng(2).choice(len(keys), size=draws, p=np.exp(log_q))]
+    eta, y = jnp.asarray(chain_theta()), jnp.asarray(model.y)
+
+    def three(n, key):
+        k_deal, *k_moves = jax.random.split(key, 4)
+        codes = records_from_tables(plan, n, k_deal)
+        for k in k_moves:
+            codes, n, _ = record_update(plan, model.predict, codes, n, eta, y, k, 2)
+        return n, codes
+
+    after, codes = jax.jit(jax.vmap(three))(jnp.asarray(start, dtype=float),
+                                            jax.random.split(jax.random.key(7), draws))
+    np.testing.assert_array_equal(np.asarray(jax.vmap(
+        lambda c: tables_from_records(plan, c, after.dtype))(codes)), np.asarray(after))
+    after = np.asarray(after)
+    mean, sd = moments(keys, log_q)
+    assert np.mean(np.any(after != start, axis=1)) > 0.2
+    np.testing.assert_allclose(after.mean(0), mean, atol=4.5 * np.max(sd) / np.sqrt(draws))
+    np.testing.assert_allclose(after.std(0), sd, atol=0.03)
+
+
 def test_chain_with_theta_fixed_matches_enumeration(exact_chain):
     keys, log_q = exact_chain
     mean, sd = moments(keys, log_q)
@@ -291,11 +320,21 @@ def test_exact_start_model_errors():
 # ------------------------------------------------------------------------------------------------
 # non-centred moves of (φ, n): invariance from exact joint draws
 # ------------------------------------------------------------------------------------------------
+def _noncentred(plan, model, y, moves, k_max):
+    """``(keys, n, φ) -> (n, φ, accepted)``: non-centred moves from freshly dealt records."""
+    from numpyro_dpgm.infer.bayes.interweave import noncentred_moves
+
+    def one(key, n, phi):
+        k_deal, k_move = jax.random.split(key)
+        codes = records_from_tables(plan, n, k_deal)
+        return noncentred_moves(plan, model, codes, n, phi, y, k_move, moves, k_max)[1:]
+
+    return jax.jit(jax.vmap(one))
+
+
 def test_noncentred_moves_keep_the_exact_joint_posterior():
     """Exact draws of ``(φ, n) | y`` for the three-level attribute (``φ`` on a fine Gauss–Hermite
     grid, ``n | φ, y`` by enumeration), moved 8 times, keep their moments."""
-    from numpyro_dpgm.infer.bayes.interweave import noncentred_moves
-
     model = noisy_marginals_model(NET1, [Measurement(("a",), Y1, Laplace(B1))], N1,
                                   prior_scale=S1, relaxed=False)
     x, w = np.polynomial.hermite_e.hermegauss(60)
@@ -313,7 +352,7 @@ def test_noncentred_moves_keep_the_exact_joint_posterior():
     n0 = tables[pick % len(tables)].astype(float)
     plan = record_plan(model)
     y = jnp.asarray(model.y)
-    move = jax.jit(jax.vmap(lambda k, n, p: noncentred_moves(plan, model, n, p, y, k, 8, 12)))
+    move = _noncentred(plan, model, y, 8, 12)
     n1, phi1, acc = move(jax.random.split(jax.random.key(0), draws), jnp.asarray(n0),
                          jnp.asarray(phi0))
     n1, phi1 = np.asarray(n1), np.asarray(phi1)
@@ -332,8 +371,6 @@ def test_noncentred_moves_keep_the_exact_joint_posterior():
 def test_noncentred_moves_keep_the_prior_on_a_chain():
     """With uninformative noise the posterior is the prior: ``φ ∼ N(0, s²)``, ``n ∼ CGM(θ)``;
     moves that mix up the clique memberships must keep it."""
-    from numpyro_dpgm.infer.bayes.interweave import noncentred_moves
-
     flat = [Measurement(("a", "b"), np.zeros(6), Laplace(1e6)),
             Measurement(("b", "c"), np.zeros(6), Laplace(1e6))]
     model = noisy_marginals_model(NETC, flat, 6, prior_scale=1.0, relaxed=False)
@@ -344,7 +381,7 @@ def test_noncentred_moves_keep_the_prior_on_a_chain():
     n0 = jax.vmap(lambda t, k: CollectiveGraphicalModel(NETC, t, 6).sample(k))(
         eta, jax.random.split(jax.random.key(2), draws))
     y = jnp.asarray(model.y)
-    move = jax.jit(jax.vmap(lambda k, n, p: noncentred_moves(plan, model, n, p, y, k, 10, 6)))
+    move = _noncentred(plan, model, y, 10, 6)
     n1, phi1, acc = move(jax.random.split(jax.random.key(3), draws), n0, phi0)
     assert float(np.mean(acc)) > 0.5
     phi1 = np.asarray(phi1)

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...inference import junction_tree as jt
-from .records import RecordPlan, _log_lik, records_from_tables
+from .records import RecordPlan, _log_lik
 
 __all__ = ["STEP_SCALES", "noncentred_moves", "noise_share"]
 
@@ -88,9 +88,9 @@ def _cell_variance(model: Any, m: Any) -> float:
 
 
 def noncentred_moves(
-    plan: RecordPlan, model: Any, n: Array, phi: Array, y: Array, rng_key: Array,
+    plan: RecordPlan, model: Any, codes: Array, n: Array, phi: Array, y: Array, rng_key: Array,
     moves: int, k_max: int = 256, weights: Array | None = None,
-) -> tuple[Array, Array, Array]:
+) -> tuple[Array, Array, Array, Array]:
     """``moves`` non-centred Metropolis–Hastings moves of ``(φ, n)`` (module notes).
 
     Parameters
@@ -98,6 +98,8 @@ def noncentred_moves(
     plan : RecordPlan
     model : NoisyMarginalsModel
         With ``θ`` inferred (its ``coding``, ``prior_scale``, ``latent_theta``, ``predict``).
+    codes : int array ``(N, d)``
+        The records behind ``n`` (:func:`~.records.records_from_tables` deals them).
     n : array ``(num_params,)``
         Integer tables, latent layout.
     phi : array ``(dim,)``
@@ -112,7 +114,7 @@ def noncentred_moves(
 
     Returns
     -------
-    n, phi : the new tables and parameters
+    codes, n, phi : the new records, tables and parameters
     accepted : bool array ``(moves,)``
     """
     net = plan.network
@@ -124,8 +126,6 @@ def noncentred_moves(
     scales = jnp.asarray(STEP_SCALES, dtype=phi.dtype)
     log_w = jnp.log(jnp.ones(dim, phi.dtype) if weights is None
                     else jnp.asarray(weights, dtype=phi.dtype))
-    k_rec, k_moves = jax.random.split(rng_key)
-    codes = records_from_tables(plan, n, k_rec)
     fam, ys = plan.family, jnp.asarray(plan.scales, dtype=phi.dtype)
 
     def eta_of(p: Array) -> Array:
@@ -174,5 +174,5 @@ def noncentred_moves(
         return (codes, n, phi), accept
 
     (codes, n, phi), accepted = jax.lax.scan(body, (codes, n, phi),
-                                             jax.random.split(k_moves, int(moves)))
-    return n, phi, accepted
+                                             jax.random.split(rng_key, int(moves)))
+    return codes, n, phi, accepted
