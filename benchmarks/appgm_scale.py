@@ -15,6 +15,11 @@ time proper (JAX's trace, lowering and XLA compile events, summed) and the numbe
 compilations; the median seconds per iteration over the later blocks; the loss at the start and
 at the end; the peak RSS; the load average before and after.
 
+With ``--libraries numpyro_dpgm,mbi`` each ``m`` is also fitted by mbi 2.0's
+``ApproxMirrorDescent`` (its own region graph and Convex-GBP, step ``2/(L·N)``) in a process of
+its own, timed the same way (its callback marks every iteration; compilation from the same JAX
+events).
+
 Run ``python -m benchmarks appgm_scale [--cliques 250,1000,2500,10000] [--iters 100]``; writes
 ``appgm_scale.json`` and ``appgm_scale.csv`` under ``--out`` (default ``bench-results``) and
 prints a table. ``--timeout`` (seconds) ends a child that runs too long; its row says so.
@@ -106,6 +111,7 @@ def child(argv: list[str]) -> dict[str, Any]:
     for name in ("m", "attrs", "values", "records", "iters", "sweeps", "every", "seed"):
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--sigma", type=float)
+    p.add_argument("--library", default="numpyro_dpgm")
     a = p.parse_args(argv)
     compile_s = {"seconds": 0.0, "xla": 0}
 
@@ -115,10 +121,18 @@ def child(argv: list[str]) -> dict[str, Any]:
             compile_s["xla"] += event == COMPILE_EVENTS[-1]
 
     jax.monitoring.register_event_duration_secs_listener(on_event)
-    row: dict[str, Any] = {"cliques": a.m, "attributes": a.attrs, "values": a.values,
-                           "sweeps": a.sweeps, "iters": a.iters, "load_before": load_average()}
+    row: dict[str, Any] = {"library": a.library, "cliques": a.m, "attributes": a.attrs,
+                           "values": a.values, "sweeps": a.sweeps, "iters": a.iters,
+                           "load_before": load_average()}
     t0 = time.perf_counter()
     net, ms = workload(a.attrs, a.values, a.m, a.records, a.sigma, a.seed)
+    if a.library == "mbi":
+        row["setup_s"] = time.perf_counter() - t0
+        row.update(_fit_mbi(ms, net, a))
+        row.update(compile_s=compile_s["seconds"], xla_compilations=compile_s["xla"],
+                   peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                   load_after=load_average())
+        return row
     oracle = ConvexGBPOracle(net, iters=a.sweeps)
     rg = oracle.region_graph
     row.update(regions=len(rg.regions), region_cells=rg.num_cells,
@@ -143,6 +157,34 @@ def child(argv: list[str]) -> dict[str, Any]:
     return row
 
 
+def _fit_mbi(ms: list, net: Any, a: argparse.Namespace) -> dict[str, Any]:
+    """mbi 2.0's ``ApproxMirrorDescent`` (its region graph of the cliques, its defaults, step
+    ``2/(L·N)`` as :mod:`benchmarks.appgm` gives it) for ``--iters`` iterations, timed per
+    iteration by its callback; the first call is up to the end of iteration ``--every``."""
+    import jax
+    from mbi.approximate_oracles import ApproxMirrorDescent
+
+    from .appgm import _mbi_problem
+
+    mdom, loss_fn, _ = _mbi_problem(ms, net.domain)
+    total = float(a.records)
+    est = ApproxMirrorDescent(stepsize=2.0 / (float(loss_fn.lipschitz) * total))
+    stamps: list[float] = []
+    start = time.perf_counter()
+
+    def stamp(mu: Any) -> None:
+        jax.block_until_ready(mu)
+        stamps.append(time.perf_counter())
+
+    mu = est.estimate(mdom, loss_fn, known_total=total, iters=a.iters, callback_fn=stamp)
+    fit_s = time.perf_counter() - start
+    first = min(a.every, len(stamps)) - 1
+    rates = np.diff(stamps[first:])
+    return {"fit_s": fit_s, "first_call_s": stamps[first] - start if stamps else fit_s,
+            "s_per_iter": float(np.median(rates)) if rates.size else None,
+            "iterations": len(stamps), "mbi_own_loss": float(loss_fn(mu))}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``python -m benchmarks appgm_scale``."""
     add_out_argument(parser, "appgm_scale")
@@ -158,16 +200,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--every", type=int, default=10,
                         help="iterations per timed block (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of cliques and counts")
+    parser.add_argument("--libraries", default="numpyro_dpgm",
+                        help="comma-separated: numpyro_dpgm, mbi (its ApproxMirrorDescent, the "
+                             "same workload in its own process; default %(default)s)")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds after which a child fit is ended (default %(default)s)")
 
 
 def _print_row(r: dict[str, Any]) -> None:
+    lib = r.get("library", "numpyro_dpgm")[:12]
     if "error" in r:
-        print(f"{r['cliques']:>6} {r['error']}")
+        print(f"{lib:>12} {r['cliques']:>6} {r['error']}")
         return
     per_iter = "–" if r["s_per_iter"] is None else f"{r['s_per_iter']:.3f}"  # one block only
-    print(f"{r['cliques']:>6} {r['regions']:>7} {r['region_cells']:>10,} {r['compile_s']:>9.1f} "
+    print(f"{lib:>12} {r['cliques']:>6} {r.get('regions', '–'):>7} "
+          f"{r.get('region_cells', 0):>10,} {r['compile_s']:>9.1f} "
           f"{r['xla_compilations']:>4} {r['first_call_s']:>9.1f} {per_iter:>8} "
           f"{r['fit_s']:>8.1f} {r['peak_rss_mb']:>8.0f} {r['load_before'][0]:>5} "
           f"{r['load_after'][0]:>5}")
@@ -178,26 +225,31 @@ def main(args: argparse.Namespace) -> int:
     sizes = [int(s) for s in args.cliques.split(",") if s]
     results = new_record("appgm_scale", {k: v for k, v in vars(args).items() if k != "out"},
                          rows=[])
-    print(f"{'m':>6} {'regions':>7} {'cells':>10} {'compile':>9} {'xla':>4} {'1st call':>9} "
-          f"{'s/iter':>8} {'fit s':>8} {'RSS MB':>8} {'load':>5} {'after':>5}")
+    libraries = [s for s in args.libraries.split(",") if s]
+    unknown = set(libraries) - {"numpyro_dpgm", "mbi"}
+    if unknown:
+        raise SystemExit(f"--libraries: unknown {sorted(unknown)}; use numpyro_dpgm, mbi")
+    print(f"{'library':>12} {'m':>6} {'regions':>7} {'cells':>10} {'compile':>9} {'xla':>4} "
+          f"{'1st call':>9} {'s/iter':>8} {'fit s':>8} {'RSS MB':>8} {'load':>5} {'after':>5}")
     root = str(Path(__file__).resolve().parents[1])
-    for m in sizes:
+    for m, library in ((m, lib) for m in sizes for lib in libraries):
         cmd = [sys.executable, "-c", "import sys; from benchmarks.appgm_scale import child; "
                "import json; print(json.dumps(child(sys.argv[1:])))",
                "--m", str(m), "--attrs", str(args.attrs), "--values", str(args.values),
                "--records", str(args.records), "--iters", str(args.iters),
                "--sweeps", str(args.sweeps), "--every", str(args.every),
-               "--seed", str(args.seed), "--sigma", str(args.sigma)]
+               "--seed", str(args.seed), "--sigma", str(args.sigma), "--library", library]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=root,
                                   timeout=args.timeout)
             if done.returncode:
-                row = {"cliques": m, "error": done.stderr.strip().splitlines()[-1]}
+                row = {"library": library, "cliques": m,
+                       "error": done.stderr.strip().splitlines()[-1]}
             else:
                 row = json.loads(done.stdout.strip().splitlines()[-1])
         except subprocess.TimeoutExpired:
-            row = {"cliques": m, "error": f"ended after {args.timeout:.0f} s",
-                   "load_after": load_average()}
+            row = {"library": library, "cliques": m,
+                   "error": f"ended after {args.timeout:.0f} s", "load_after": load_average()}
         results["rows"].append(row)
         _print_row(row)
         write_results(args.out, "appgm_scale", results, results["rows"])

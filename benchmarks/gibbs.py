@@ -18,7 +18,8 @@ Three studies, each run on both paths of :func:`numpyro_dpgm.infer.bayes.run_nut
   rank-normalised split R-hat and smallest bulk ESS over ``φ`` (run_nuts's own checks),
   bulk ESS per second, draws at the maximum tree depth, the relaxation leak of the leakiest
   latent table at the posterior mean ``θ``, and for that table the posterior mean mass in
-  cells whose exact-path posterior mean is below one record (both paths).
+  cells whose exact-path posterior mean is below one record (both paths). ``--interweave
+  0,16,64`` runs the exact path once per number of non-centred moves per step.
 - ``coverage``: sparse tables: ``--releases`` simulated releases of one attribute of
   ``--levels`` levels (``θ`` drawn from the prior, scale 3, so most cells expect under one
   record; ``N = --coverage-n`` records; Laplace ``b = 2``), fitted in one plate-batched run per
@@ -107,7 +108,7 @@ def run_path(model: Any, exact: bool, args: argparse.Namespace, seed: int,
     grouped = mcmc.get_samples(group_by_chain=True)
     extra = mcmc.get_extra_fields(group_by_chain=True)
     fig = convergence_figures(grouped, ["phi"], extra.get("num_steps"), 10)
-    out = {"path": mcmc.path, "wall_s": wall, "max_r_hat": fig.max_r_hat,
+    out = {"path": mcmc.path, "wall_s": wall, "max_r_hat": fig.max_r_hat, "worst": fig.worst,
            "min_ess_bulk": fig.min_ess_bulk, "min_ess_per_s": fig.min_ess_bulk / wall,
            "max_depth_hits": fig.max_depth_hits, "draws": fig.num_draws,
            "divergences": int(np.sum(np.asarray(extra.get("diverging", 0)))),
@@ -148,19 +149,20 @@ def study_adult(args: argparse.Namespace) -> list[dict[str, Any]]:
             start = em_start(model)
             base = {"study": "adult", "model": name, "records": int(data.total), "eps": eps,
                     "cells": net.num_params, "params": model.coding.dim}
-            runs = {}
-            for exact in (True, False):
-                if not exact and args.skip_relaxed:
-                    continue
-                fig, mcmc = run_path(model, exact, args, args.seed, init=start)
+            runs, first = {}, len(rows)
+            paths = [(True, k) for k in args.interweave] + [(False, None)] * (
+                not args.skip_relaxed)
+            for exact, weave in paths:
+                kwargs = {"interweave": weave} if exact else {}
+                fig, mcmc = run_path(model, exact, args, args.seed, init=start, **kwargs)
                 runs[exact] = mcmc
-                rows.append({**base, **fig})
+                rows.append({**base, **fig, "interweave": weave})
                 print(json.dumps(rows[-1], default=json_default), file=sys.stderr)
             if len(runs) == 2:
                 theta = np.asarray(runs[True].get_samples()["theta"]).mean(0)
                 cmp = leaky_table(model, np.asarray(runs[True].get_samples()["n"]),
                                   np.asarray(runs[False].get_samples()["n"]), theta)
-                for row in rows[-2:]:
+                for row in rows[first:]:
                     row.update(cmp)
     return rows
 
@@ -206,6 +208,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--draws", type=int, default=500, help="warm-up and draws per chain")
     parser.add_argument("--moves", type=int, default=None, help="record swaps per step")
+    parser.add_argument("--interweave", default="",
+                        help="comma-separated non-centred moves per step, one exact run each "
+                             "(default: the library's default only)")
     parser.add_argument("--skip-relaxed", action="store_true")
     parser.add_argument("--levels", type=int, default=6)
     parser.add_argument("--coverage-n", type=int, default=30)
@@ -219,6 +224,7 @@ def main(args: argparse.Namespace) -> int:
     jax.config.update("jax_enable_x64", True)
     args.models = [m for m in args.models.split(",") if m]
     args.eps = [float(e) for e in args.eps.split(",") if e]
+    args.interweave = [int(k) for k in args.interweave.split(",") if k] or [None]
     rows: list[dict[str, Any]] = []
     studies = args.studies.split(",")
     if "coverage" in studies:

@@ -320,19 +320,26 @@ def test_exact_start_model_errors():
 # ------------------------------------------------------------------------------------------------
 # non-centred moves of (φ, n): invariance from exact joint draws
 # ------------------------------------------------------------------------------------------------
-def _noncentred(plan, model, y, moves, k_max):
-    """``(keys, n, φ) -> (n, φ, accepted)``: non-centred moves from freshly dealt records."""
+def _noncentred(plan, model, y, moves, k_max, events="all"):
+    """``(keys, n, φ) -> (n, φ, accepted)``: non-centred moves from freshly dealt records, on
+    the events of the parameters, of the clique cells, or both (uniformly)."""
     from numpyro_dpgm.infer.bayes.interweave import noncentred_moves
+
+    dim, cells = model.coding.dim, model.network.num_params
+    weights = np.concatenate([np.full(dim, float(events != "cells")),
+                              np.full(cells, float(events != "parameters"))])
 
     def one(key, n, phi):
         k_deal, k_move = jax.random.split(key)
         codes = records_from_tables(plan, n, k_deal)
-        return noncentred_moves(plan, model, codes, n, phi, y, k_move, moves, k_max)[1:]
+        return noncentred_moves(plan, model, codes, n, phi, y, k_move, moves, k_max,
+                                weights=weights)[1:]
 
     return jax.jit(jax.vmap(one))
 
 
-def test_noncentred_moves_keep_the_exact_joint_posterior():
+@pytest.mark.parametrize("events", ["parameters", "cells"])
+def test_noncentred_moves_keep_the_exact_joint_posterior(events):
     """Exact draws of ``(φ, n) | y`` for the three-level attribute (``φ`` on a fine Gauss–Hermite
     grid, ``n | φ, y`` by enumeration), moved 8 times, keep their moments."""
     model = noisy_marginals_model(NET1, [Measurement(("a",), Y1, Laplace(B1))], N1,
@@ -352,7 +359,7 @@ def test_noncentred_moves_keep_the_exact_joint_posterior():
     n0 = tables[pick % len(tables)].astype(float)
     plan = record_plan(model)
     y = jnp.asarray(model.y)
-    move = _noncentred(plan, model, y, 8, 12)
+    move = _noncentred(plan, model, y, 8, 12, events)
     n1, phi1, acc = move(jax.random.split(jax.random.key(0), draws), jnp.asarray(n0),
                          jnp.asarray(phi0))
     n1, phi1 = np.asarray(n1), np.asarray(phi1)

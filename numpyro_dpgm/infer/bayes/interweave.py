@@ -9,20 +9,24 @@ parameterisation has the opposite strength (Yu & Meng 2011, interweaving): write
 through auxiliary variables that do not depend on ``θ`` and move ``θ`` with them fixed, so
 that the records follow ``θ`` and only ``y`` resists.
 
-One move changes one reference-coded parameter ``φ_j`` (log odds of the event
-``S = {x : x_A = v}``), by ``δ ∼ N(0, s²)`` with ``s`` drawn from :data:`STEP_SCALES` (a
-symmetric scale mixture). Along this coordinate ``p_θ`` changes only through ``μ = P_θ(S)``:
-the conditionals ``p_θ(· | S)`` and ``p_θ(· | S^c)`` do not depend on ``φ_j``. So record ``i``
+One move adds ``δ ∼ N(0, s²)`` (``s`` drawn from :data:`STEP_SCALES`, a symmetric scale
+mixture) to the log-potential of one event ``S``: either the event ``x_A = v`` of a
+reference-coded parameter ``φ_j`` (``φ_j → φ_j + δ``), or a cell ``x_C = c`` of a clique table
+(``θ_C(c) → θ_C(c) + δ``, which is ``φ → φ + δ·R e_c`` with ``R`` the Möbius inversion of
+:meth:`~.coding.ReferenceCoding.from_theta`). The cells matter where a reference cell is
+sparse: its log odds enter every parameter of its term, and no single ``φ_j`` moves them.
+Along such a direction ``p_θ`` changes only through ``μ = P_θ(S)``: the conditionals
+``p_θ(· | S)`` and ``p_θ(· | S^c)`` do not depend on ``δ``. So record ``i``
 is ``(u_i, w_i, w'_i)`` with ``u_i ∼ U(0, 1)``, ``w_i ∼ p_θ(· | S)``, ``w'_i ∼ p_θ(· | S^c)``
 and ``x_i = w_i`` if ``u_i < μ`` else ``w'_i``; given the records, these auxiliaries are drawn
 from their exact conditionals (``u_i ∼ U(0, μ)`` for a record in ``S``, ``U(μ, 1)`` else; the
-unused one of ``w_i, w'_i`` fresh). With them fixed, ``φ_j → φ_j + δ`` moves ``μ`` to ``μ'``
+unused one of ``w_i, w'_i`` fresh). With them fixed, the move takes ``μ`` to ``μ'``
 and switches exactly the records whose ``u_i`` lies between: if ``μ' < μ``, each record in
 ``S`` leaves it with probability ``1 − μ'/μ`` (their number ``k ∼ Binomial(n_S, 1 − μ'/μ)``, a
 uniformly random subset) and takes a fresh value from ``p_θ(· | S^c)``; if ``μ' > μ``, each
 record outside ``S`` enters with probability ``1 − (1 − μ')/(1 − μ)`` and takes a value from
 ``p_θ(· | S)``. The target of ``(φ, u, w, w')`` is ``p(φ) · p(y | n(φ, u, w, w'))`` (the
-auxiliaries' laws do not depend on ``φ_j``), and the proposal is symmetric, so the move is
+auxiliaries' laws do not depend on ``δ``), and the proposal is symmetric, so the move is
 accepted with probability (``μ' = μe^δ / (μe^δ + 1 − μ)`` in closed form)
 
 .. math:: α = \min\Big(1, \frac{p(φ')\, p(y \mid n')}{p(φ)\, p(y \mid n)}\Big),
@@ -30,7 +34,8 @@ accepted with probability (``μ' = μe^δ / (μe^δ + 1 − μ)`` in closed form
 which leaves the joint posterior of ``(φ, n)`` invariant. A move that would switch more than
 ``k_max`` records is rejected (the reverse move switches the same records, so the restriction
 is symmetric). Each move costs one junction-tree calibration and ``O(N)`` to pick the
-switching records.
+switching records (one look-up of each record's cell of the event's table, kept up to date
+between moves).
 """
 
 from __future__ import annotations
@@ -57,29 +62,38 @@ _EXCLUDE = -1e4
 
 
 def noise_share(model: Any) -> np.ndarray:
-    """Per parameter ``φ_j`` (event ``x_A = v``), the share of the noise in the released count of
-    its event: ``V / (max(ŷ, 1) + V)`` with ``ŷ`` the event's count summed from the smallest
-    identity measurement containing ``A`` and ``V`` that sum's noise variance (``2b²`` or
-    ``σ²`` per cell); 1 where no measurement contains ``A``. The data augmentation mixes
-    slowly where it is near 1, so the non-centred moves pick ``j`` with these weights."""
-    out = np.ones(model.coding.dim)
+    """Per event of :func:`noncentred_moves`, the share of the noise in its released count:
+    ``V / (max(ŷ, 1) + V)`` with ``ŷ`` the event's count summed from the smallest identity
+    measurement containing its attributes and ``V`` that sum's noise variance (``2b²`` or
+    ``σ²`` per cell); 1 where no measurement contains them. The data augmentation mixes
+    slowly where it is near 1, so the non-centred moves pick events with these weights.
+
+    Returns
+    -------
+    ndarray ``(dim + num_params,)``
+        First the events ``x_A = v`` of the parameters ``φ_j``, then the cells
+        ``x_C = c`` of the network's clique tables (its layout).
+    """
     net = model.network
     meas = [(m, r) for m, r in zip(model.measurements, model._readouts, strict=True)
             if r.query is None]
-    j = 0
-    for attrs, _host in model.coding.terms:
+
+    def share(attrs: tuple, values: tuple) -> float:
         fits = [(m, r) for m, r in meas if set(attrs) <= set(r.clique)]
-        best = min(fits, key=lambda mr: mr[0].values.size) if fits else None
-        for v in itertools.product(*(range(1, net.domain[a]) for a in attrs)):
-            if best is not None:
-                m, r = best
-                table = np.asarray(m.values, dtype=float).reshape(net.domain.shape_of(r.clique))
-                sel = tuple(v[attrs.index(a)] if a in attrs else slice(None) for a in r.clique)
-                part = table[sel]
-                var = float(np.size(part)) * _cell_variance(model, m)
-                out[j] = var / (max(float(np.sum(part)), 1.0) + var)
-            j += 1
-    return out
+        if not fits:
+            return 1.0
+        m, r = min(fits, key=lambda mr: mr[0].values.size)
+        table = np.asarray(m.values, dtype=float).reshape(net.domain.shape_of(r.clique))
+        part = table[tuple(values[attrs.index(a)] if a in attrs else slice(None)
+                           for a in r.clique)]
+        var = float(np.size(part)) * _cell_variance(model, m)
+        return var / (max(float(np.sum(part)), 1.0) + var)
+
+    out = [share(attrs, v) for attrs, _host in model.coding.terms
+           for v in itertools.product(*(range(1, net.domain[a]) for a in attrs))]
+    out += [share(tuple(c), cell) for c, shape in zip(net.cliques, net.shapes, strict=True)
+            for cell in np.ndindex(*shape)]
+    return np.asarray(out)
 
 
 def _cell_variance(model: Any, m: Any) -> float:
@@ -108,8 +122,9 @@ def noncentred_moves(
     moves : int
     k_max : int
         Most records one move may switch.
-    weights : array ``(dim,)``, optional
-        Probabilities (up to a constant) of picking each ``φ_j`` (default uniform; a choice
+    weights : array ``(dim + num_params,)``, optional
+        Probabilities (up to a constant) of picking each event: the ``φ_j``'s, then the cells
+        of the network's clique tables (:func:`noise_share`'s order; default uniform; a choice
         that does not depend on the state keeps every move reversible).
 
     Returns
@@ -124,7 +139,8 @@ def noncentred_moves(
     owner = np.repeat(np.arange(len(net.cliques)), net.sizes)  # clique of each flat cell
     owner = jnp.asarray(owner)
     scales = jnp.asarray(STEP_SCALES, dtype=phi.dtype)
-    log_w = jnp.log(jnp.ones(dim, phi.dtype) if weights is None
+    cells = model.network.num_params
+    log_w = jnp.log(jnp.ones(dim + cells, phi.dtype) if weights is None
                     else jnp.asarray(weights, dtype=phi.dtype))
     fam, ys = plan.family, jnp.asarray(plan.scales, dtype=phi.dtype)
 
@@ -135,44 +151,52 @@ def noncentred_moves(
         return indicator @ net.flatten(jt.marginals(net, eta))
 
     def body(carry: tuple, key: Array) -> tuple:
-        codes, n, phi = carry
-        k_j, k_s, k_d, k_b, k_pick, k_new, k_u = jax.random.split(key, 7)
+        codes, idx, n, phi = carry
+        k_j, k_s, k_d, k_pick, k_new, k_u = jax.random.split(key, 6)
         j = jax.random.categorical(k_j, log_w)
         delta = scales[jax.random.randint(k_s, (), 0, scales.size)] * jax.random.normal(
             k_d, dtype=phi.dtype)
-        ind = model.latent_theta(model.coding.to_theta(jnp.zeros(dim, phi.dtype).at[j].set(1)))
+        # the event's indicator in one clique table (θ-space) and the same move in φ-space
+        unit = jnp.zeros(dim, phi.dtype).at[jnp.minimum(j, dim - 1)].set(1.0)
+        cell = jnp.zeros(cells, phi.dtype).at[jnp.clip(j - dim, 0, cells - 1)].set(1.0)
+        of_phi = j < dim
+        direction = jnp.where(of_phi, unit, model.coding.from_theta(cell))
+        ind = model.latent_theta(jnp.where(of_phi, model.coding.to_theta(unit), cell))
         eta = eta_of(phi)
         mu = prob(eta, ind)
         mu_new = mu * jnp.exp(delta) / (mu * jnp.exp(delta) + 1.0 - mu)  # θ' = θ + δ·1_S
         shrink = mu_new < mu
-        idx = net.cell_indices(codes)
-        member = jnp.sum(ind[idx], axis=-1) > 0.5
+        host = owner[jnp.argmax(ind)]  # the latent clique whose table holds the event
+        member = ind[jnp.take(idx, host, axis=1)] > 0.5
         pool = jnp.where(shrink, member, ~member)
         p_switch = jnp.where(shrink, 1.0 - mu_new / mu, 1.0 - (1.0 - mu_new) / (1.0 - mu))
         p_switch = jnp.clip(p_switch, 0.0, 1.0)
-        k = jax.random.binomial(k_b, jnp.sum(pool).astype(phi.dtype), p_switch)
-        scores = jnp.where(pool, jax.random.uniform(k_pick, pool.shape, dtype=phi.dtype), 2.0)
-        _, pick = jax.lax.top_k(-scores, k_max)
+        # each record of the pool switches independently (a Binomial number, a uniform subset)
+        switch = pool & (jax.random.uniform(k_pick, pool.shape, dtype=phi.dtype) < p_switch)
+        k = jnp.sum(switch)
+        (pos,) = jnp.nonzero(switch, size=k_max, fill_value=plan.total)
         active = jnp.arange(k_max) < k
         # fresh values from p_θ(· | S^c) when S shrinks, from p_θ(· | S) when it grows
-        host = owner == owner[jnp.argmax(ind)]
-        avoid = jnp.where(shrink, ind, jnp.where(host, 1.0 - ind, 0.0))
+        avoid = jnp.where(shrink, ind, jnp.where(owner == host, 1.0 - ind, 0.0))
         fresh = jt.sample(net, eta + _EXCLUDE * avoid, k_new, k_max).astype(codes.dtype)
-        old = codes[pick]
-        new = jnp.where(active[:, None], fresh, old)
-        change = (jnp.zeros_like(n).at[net.cell_indices(new).ravel()].add(1.0)
-                  .at[net.cell_indices(old).ravel()].add(-1.0))
+        fresh_idx = net.cell_indices(fresh).astype(idx.dtype)
+        weight = jnp.repeat(active.astype(n.dtype), idx.shape[-1])
+        change = (jnp.zeros_like(n).at[fresh_idx.ravel()].add(weight)
+                  .at[idx[pos].ravel()].add(-weight))
         n_new = n + change
-        phi_new = phi.at[j].add(delta)
+        phi_new = phi + delta * direction
         log_alpha = (jnp.sum(_log_lik(fam, y, model.predict(n_new), ys)
                              - _log_lik(fam, y, model.predict(n), ys))
-                     - 0.5 * ((phi_new[j] / prior_scale[j]) ** 2 - (phi[j] / prior_scale[j]) ** 2))
+                     - 0.5 * jnp.sum((phi_new / prior_scale) ** 2 - (phi / prior_scale) ** 2))
         accept = (k <= k_max) & (jnp.log(jax.random.uniform(k_u, dtype=phi.dtype)) < log_alpha)
-        codes = jnp.where(accept, codes.at[pick].set(new), codes)
+        at = jnp.where(accept & active, pos, plan.total)  # out of range: dropped
+        codes = codes.at[at].set(fresh, mode="drop")
+        idx = idx.at[at].set(fresh_idx, mode="drop")
         n = jnp.where(accept, n_new, n)
         phi = jnp.where(accept, phi_new, phi)
-        return (codes, n, phi), accept
+        return (codes, idx, n, phi), accept
 
-    (codes, n, phi), accepted = jax.lax.scan(body, (codes, n, phi),
-                                             jax.random.split(rng_key, int(moves)))
+    idx = net.cell_indices(codes).astype(jnp.int32)
+    (codes, _, n, phi), accepted = jax.lax.scan(body, (codes, idx, n, phi),
+                                                jax.random.split(rng_key, int(moves)))
     return codes, n, phi, accepted
