@@ -320,55 +320,64 @@ def test_exact_start_model_errors():
 # ------------------------------------------------------------------------------------------------
 # non-centred moves of (φ, n): invariance from exact joint draws
 # ------------------------------------------------------------------------------------------------
-def _noncentred(plan, model, y, moves, k_max, events="all"):
+def _noncentred(plan, model, y, moves, k_max, kind="all"):
     """``(keys, n, φ) -> (n, φ, accepted)``: non-centred moves from freshly dealt records, on
-    the events of the parameters, of the clique cells, or both (uniformly)."""
-    from numpyro_dpgm.infer.bayes.interweave import noncentred_moves
+    one kind of event (the parameters', the cells', the cells' within a margin) or all."""
+    from numpyro_dpgm.infer.bayes.interweave import events, noncentred_moves
 
-    dim, cells = model.coding.dim, model.network.num_params
-    weights = np.concatenate([np.full(dim, float(events != "cells")),
-                              np.full(cells, float(events != "parameters"))])
+    ev = events(model.network, model.coding)
+    chosen = {"all": np.ones(ev.phi.size, bool), "parameters": ev.phi >= 0,
+              "cells": (ev.cell >= 0) & (ev.context < 0), "within": ev.context >= 0}[kind]
+    assert chosen.any()
 
     def one(key, n, phi):
         k_deal, k_move = jax.random.split(key)
         codes = records_from_tables(plan, n, k_deal)
         return noncentred_moves(plan, model, codes, n, phi, y, k_move, moves, k_max,
-                                weights=weights)[1:]
+                                weights=chosen.astype(float))[1:]
 
     return jax.jit(jax.vmap(one))
 
 
-@pytest.mark.parametrize("events", ["parameters", "cells"])
-def test_noncentred_moves_keep_the_exact_joint_posterior(events):
-    """Exact draws of ``(φ, n) | y`` for the three-level attribute (``φ`` on a fine Gauss–Hermite
-    grid, ``n | φ, y`` by enumeration), moved 8 times, keep their moments."""
-    model = noisy_marginals_model(NET1, [Measurement(("a",), Y1, Laplace(B1))], N1,
-                                  prior_scale=S1, relaxed=False)
-    x, w = np.polynomial.hermite_e.hermegauss(60)
-    g1, g2 = (a.ravel() for a in np.meshgrid(S1 * x, S1 * x, indexing="ij"))
-    logits = np.stack([np.zeros_like(g1), g1, g2], -1)
-    mu = np.exp(logits - logsumexp(logits, -1, keepdims=True))
-    tables = compositions(N1, 3)
-    log_joint = (np.log(np.outer(w, w)).reshape(-1, 1) + (tables[None] * np.log(mu)[:, None])
-                 .sum(-1) - gammaln(tables + 1).sum(-1)[None] + laplace_loglik(tables, Y1, B1))
+NET2 = MarkovNetwork({"a": 2, "b": 2}, [("a", "b")])
+N2, B2, S2 = 8, 1.5, 1.5
+Y2 = np.array([5.0, 0.5, 2.5, -0.5])
+
+
+@pytest.mark.parametrize(("table", "kind", "nodes"), [
+    ("one-way", "parameters", 60), ("one-way", "cells", 60), ("two-way", "within", 24),
+    ("two-way", "all", 24)])
+def test_noncentred_moves_keep_the_exact_joint_posterior(table, kind, nodes):
+    """Exact draws of ``(φ, n) | y`` (``φ`` on a Gauss–Hermite grid, ``n | φ, y`` by
+    enumeration) for a three-level attribute or a 2 × 2 table, moved 8 times, keep their
+    moments."""
+    net, y_obs, b, total, s = ((NET1, Y1, B1, N1, S1) if table == "one-way"
+                               else (NET2, Y2, B2, N2, S2))
+    model = noisy_marginals_model(net, [Measurement(net.cliques[0], y_obs, Laplace(b))], total,
+                                  prior_scale=s, relaxed=False)
+    x, w = np.polynomial.hermite_e.hermegauss(nodes)
+    dim = model.coding.dim
+    grid = np.stack([a.ravel() for a in np.meshgrid(*[s * x] * dim, indexing="ij")], -1)
+    log_w = sum(a.ravel() for a in np.meshgrid(*[np.log(w)] * dim, indexing="ij"))
+    logits = grid @ model.coding.matrix.T
+    log_mu = logits - logsumexp(logits, -1, keepdims=True)
+    tables = compositions(total, net.num_params)
+    log_joint = (log_w[:, None] + log_mu @ tables.T - gammaln(tables + 1).sum(-1)[None]
+                 + laplace_loglik(tables, y_obs, b)[None])
     flat = np.exp(log_joint - logsumexp(log_joint)).ravel()
-    rng = np.random.default_rng(5)
     draws = 20_000
-    pick = rng.choice(flat.size, size=draws, p=flat / flat.sum())
-    phi0 = np.stack([g1, g2], -1)[pick // len(tables)]
+    pick = np.random.default_rng(5).choice(flat.size, size=draws, p=flat / flat.sum())
+    phi0 = grid[pick // len(tables)]
     n0 = tables[pick % len(tables)].astype(float)
     plan = record_plan(model)
-    y = jnp.asarray(model.y)
-    move = _noncentred(plan, model, y, 8, 12, events)
+    move = _noncentred(plan, model, jnp.asarray(model.y), 8, 12, kind)
     n1, phi1, acc = move(jax.random.split(jax.random.key(0), draws), jnp.asarray(n0),
                          jnp.asarray(phi0))
     n1, phi1 = np.asarray(n1), np.asarray(phi1)
     assert 0.2 < float(np.mean(acc)) < 0.95
-    assert np.all(n1.sum(1) == N1) and np.mean(np.any(n1 != n0, axis=1)) > 0.3
-    w_joint = flat / flat.sum()
-    phi_grid = np.stack([g1, g2], -1)
-    phi_mean = (w_joint.reshape(-1, len(tables)).sum(1)) @ phi_grid
-    n_mean = w_joint.reshape(-1, len(tables)).sum(0) @ tables
+    assert np.all(n1.sum(1) == total) and np.mean(np.any(n1 != n0, axis=1)) > 0.3
+    w_joint = (flat / flat.sum()).reshape(-1, len(tables))
+    phi_mean, n_mean = w_joint.sum(1) @ grid, w_joint.sum(0) @ tables
     se_phi = phi0.std(0) / np.sqrt(draws)
     np.testing.assert_allclose(phi1.mean(0), phi_mean, atol=5 * se_phi.max())
     np.testing.assert_allclose(n1.mean(0), n_mean, atol=5 * n0.std(0).max() / np.sqrt(draws))

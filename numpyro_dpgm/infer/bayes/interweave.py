@@ -15,6 +15,17 @@ reference-coded parameter ``φ_j`` (``φ_j → φ_j + δ``), or a cell ``x_C = c
 (``θ_C(c) → θ_C(c) + δ``, which is ``φ → φ + δ·R e_c`` with ``R`` the Möbius inversion of
 :meth:`~.coding.ReferenceCoding.from_theta`). The cells matter where a reference cell is
 sparse: its log odds enter every parameter of its term, and no single ``φ_j`` moves them.
+A cell event may also move *within a context* ``C = {x_a = c_a}``, one attribute of its clique
+held at the cell's value: ``δ`` is added on ``S`` and ``κ = log(μe^δ + 1 − μ)`` taken off
+``C``, with ``μ = P_θ(S | C)``, which keeps ``P_θ(C)`` and every conditional below; only the
+records in ``C`` switch between ``S`` and ``C ∖ S``. These are the directions a release pins
+least: where the margin ``x_a = c_a`` is measured closely and its split among the other
+attribute's values is not (a sparse row of a two-way table), an unconditional move changes the
+pinned margin and is rejected. (The map ``(φ, δ) ↦ (φ', −δ)`` is an involution, since
+``κ`` turns into ``−κ``, and has unit Jacobian, since moving ``θ`` along ``1_C`` leaves
+``P(S | C)`` unchanged, so the acceptance probability below needs no correction.) The
+unconditional moves are the case ``C`` = everything, which the argument below takes (within
+a context, read ``C ∖ S`` for ``S^c`` and the records in ``C`` for all records).
 Along such a direction ``p_θ`` changes only through ``μ = P_θ(S)``: the conditionals
 ``p_θ(· | S)`` and ``p_θ(· | S^c)`` do not depend on ``δ``. So record ``i``
 is ``(u_i, w_i, w'_i)`` with ``u_i ∼ U(0, 1)``, ``w_i ∼ p_θ(· | S)``, ``w'_i ∼ p_θ(· | S^c)``
@@ -41,7 +52,7 @@ between moves).
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +61,7 @@ import numpy as np
 from ...inference import junction_tree as jt
 from .records import RecordPlan, _log_lik
 
-__all__ = ["STEP_SCALES", "noncentred_moves", "noise_share"]
+__all__ = ["STEP_SCALES", "Events", "events", "noncentred_moves", "noise_share"]
 
 Array = Any
 
@@ -61,19 +72,48 @@ STEP_SCALES = (0.05, 0.2, 0.7, 2.0)
 _EXCLUDE = -1e4
 
 
+class Events(NamedTuple):
+    """The events of :func:`noncentred_moves`, one row each (numpy arrays, static).
+
+    Attributes
+    ----------
+    phi : int array
+        ``j`` for the event ``x_A = v`` of parameter ``φ_j``, else -1.
+    cell : int array
+        The cell (network layout) for an event ``x_C = c`` of a clique table, else -1.
+    context : int array
+        For a cell event, the position in its clique of the attribute whose value it keeps
+        (the move stays within ``x_a = c_a``), or -1 for none (the move is unconditional).
+    host : int array
+        The network clique whose table holds the event.
+    """
+
+    phi: np.ndarray
+    cell: np.ndarray
+    context: np.ndarray
+    host: np.ndarray
+
+
+def events(network: Any, coding: Any) -> Events:
+    """Every event of the non-centred moves of ``network`` (with its ``coding``): the
+    parameters' events, the cells of the clique tables, and each cell of a clique of two or
+    more attributes within the value of each of its attributes."""
+    rows = [(j, -1, -1, host) for j, (attrs, host) in enumerate(
+        (attrs, host) for attrs, host in coding.terms
+        for _ in itertools.product(*(range(1, network.domain[a]) for a in attrs)))]
+    for h, (clique, size, offset) in enumerate(zip(network.cliques, network.sizes,
+                                                   network.offsets, strict=True)):
+        contexts = [-1] + (list(range(len(clique))) if len(clique) > 1 else [])
+        rows += [(-1, offset + c, pos, h) for c in range(size) for pos in contexts]
+    return Events(*(np.asarray(col, dtype=np.int32) for col in zip(*rows, strict=True)))
+
+
 def noise_share(model: Any) -> np.ndarray:
-    """Per event of :func:`noncentred_moves`, the share of the noise in its released count:
+    """Per event of :func:`events`, the share of the noise in its released count:
     ``V / (max(ŷ, 1) + V)`` with ``ŷ`` the event's count summed from the smallest identity
     measurement containing its attributes and ``V`` that sum's noise variance (``2b²`` or
     ``σ²`` per cell); 1 where no measurement contains them. The data augmentation mixes
-    slowly where it is near 1, so the non-centred moves pick events with these weights.
-
-    Returns
-    -------
-    ndarray ``(dim + num_params,)``
-        First the events ``x_A = v`` of the parameters ``φ_j``, then the cells
-        ``x_C = c`` of the network's clique tables (its layout).
-    """
+    slowly where it is near 1, so the non-centred moves pick events with these weights."""
     net = model.network
     meas = [(m, r) for m, r in zip(model.measurements, model._readouts, strict=True)
             if r.query is None]
@@ -89,11 +129,13 @@ def noise_share(model: Any) -> np.ndarray:
         var = float(np.size(part)) * _cell_variance(model, m)
         return var / (max(float(np.sum(part)), 1.0) + var)
 
-    out = [share(attrs, v) for attrs, _host in model.coding.terms
-           for v in itertools.product(*(range(1, net.domain[a]) for a in attrs))]
-    out += [share(tuple(c), cell) for c, shape in zip(net.cliques, net.shapes, strict=True)
-            for cell in np.ndindex(*shape)]
-    return np.asarray(out)
+    of_phi = [share(attrs, v) for attrs, _host in model.coding.terms
+              for v in itertools.product(*(range(1, net.domain[a]) for a in attrs))]
+    of_cell = np.asarray([share(tuple(c), cell) for c, shape in
+                          zip(net.cliques, net.shapes, strict=True) for cell in np.ndindex(*shape)])
+    ev = events(net, model.coding)
+    return np.where(ev.phi >= 0, np.asarray(of_phi)[np.maximum(ev.phi, 0)],
+                    of_cell[np.maximum(ev.cell, 0)])
 
 
 def _cell_variance(model: Any, m: Any) -> float:
@@ -132,43 +174,56 @@ def noncentred_moves(
     codes, n, phi : the new records, tables and parameters
     accepted : bool array ``(moves,)``
     """
-    net = plan.network
+    net, layout = plan.network, model.network
     k_max = int(min(k_max, plan.total))
-    dim = model.coding.dim
+    dim, cells = model.coding.dim, layout.num_params
     prior_scale = jnp.broadcast_to(jnp.asarray(model.prior_scale, dtype=phi.dtype), (dim,))
-    owner = np.repeat(np.arange(len(net.cliques)), net.sizes)  # clique of each flat cell
-    owner = jnp.asarray(owner)
+    owner = jnp.asarray(np.repeat(np.arange(len(net.cliques)), net.sizes))  # latent cells
+    owner_net = jnp.asarray(np.repeat(np.arange(len(layout.cliques)), layout.sizes))
+    width = max(len(c) for c in layout.cliques)
+    coords = jnp.asarray(np.concatenate([  # each network cell's coordinates in its clique
+        np.pad(np.stack(np.unravel_index(np.arange(size), shape), -1),
+               ((0, 0), (0, width - len(shape)))) if shape else np.zeros((1, width), int)
+        for shape, size in zip(layout.shapes, layout.sizes, strict=True)]))
+    ev = Events(*(jnp.asarray(a) for a in events(layout, model.coding)))
     scales = jnp.asarray(STEP_SCALES, dtype=phi.dtype)
-    cells = model.network.num_params
-    log_w = jnp.log(jnp.ones(dim + cells, phi.dtype) if weights is None
+    log_w = jnp.log(jnp.ones(ev.phi.size, phi.dtype) if weights is None
                     else jnp.asarray(weights, dtype=phi.dtype))
     fam, ys = plan.family, jnp.asarray(plan.scales, dtype=phi.dtype)
+    tiny = jnp.finfo(phi.dtype).tiny
 
     def eta_of(p: Array) -> Array:
         return model.latent_theta(model.coding.to_theta(p))
 
-    def prob(eta: Array, indicator: Array) -> Array:
-        return indicator @ net.flatten(jt.marginals(net, eta))
+    def indicators(e: Array) -> tuple[Array, Array]:
+        """The event's cells and its context's, in the network's layout (one clique)."""
+        j, c, pos, host = ev.phi[e], ev.cell[e], ev.context[e], ev.host[e]
+        unit = jnp.zeros(dim, phi.dtype).at[jnp.maximum(j, 0)].set(1.0)
+        event = jnp.where(j >= 0, model.coding.to_theta(unit),
+                          jnp.zeros(cells, phi.dtype).at[jnp.maximum(c, 0)].set(1.0))
+        axis = jnp.maximum(pos, 0)
+        kept = coords[:, axis] == coords[jnp.maximum(c, 0), axis]
+        context = (owner_net == host) & ((pos < 0) | kept)
+        return event, context.astype(phi.dtype)
 
     def body(carry: tuple, key: Array) -> tuple:
         codes, idx, n, phi = carry
         k_j, k_s, k_d, k_pick, k_new, k_u = jax.random.split(key, 6)
-        j = jax.random.categorical(k_j, log_w)
+        event, context = indicators(jax.random.categorical(k_j, log_w))
         delta = scales[jax.random.randint(k_s, (), 0, scales.size)] * jax.random.normal(
             k_d, dtype=phi.dtype)
-        # the event's indicator in one clique table (θ-space) and the same move in φ-space
-        unit = jnp.zeros(dim, phi.dtype).at[jnp.minimum(j, dim - 1)].set(1.0)
-        cell = jnp.zeros(cells, phi.dtype).at[jnp.clip(j - dim, 0, cells - 1)].set(1.0)
-        of_phi = j < dim
-        direction = jnp.where(of_phi, unit, model.coding.from_theta(cell))
-        ind = model.latent_theta(jnp.where(of_phi, model.coding.to_theta(unit), cell))
         eta = eta_of(phi)
-        mu = prob(eta, ind)
-        mu_new = mu * jnp.exp(delta) / (mu * jnp.exp(delta) + 1.0 - mu)  # θ' = θ + δ·1_S
+        ind, ctx = model.latent_theta(event), model.latent_theta(context)
+        marg = net.flatten(jt.marginals(net, eta))
+        # μ = P(S | C); the move adds δ on S and −κ on C, which keeps P(C)
+        mu = jnp.clip((ind @ marg) / jnp.maximum(ctx @ marg, tiny), tiny, 1.0 - 1e-12)
+        grown = mu * jnp.exp(delta) + 1.0 - mu
+        mu_new, kappa = mu * jnp.exp(delta) / grown, jnp.log(grown)
         shrink = mu_new < mu
         host = owner[jnp.argmax(ind)]  # the latent clique whose table holds the event
-        member = ind[jnp.take(idx, host, axis=1)] > 0.5
-        pool = jnp.where(shrink, member, ~member)
+        col = jnp.take(idx, host, axis=1)
+        in_s, in_c = ind[col] > 0.5, ctx[col] > 0.5
+        pool = jnp.where(shrink, in_s, in_c & ~in_s)
         p_switch = jnp.where(shrink, 1.0 - mu_new / mu, 1.0 - (1.0 - mu_new) / (1.0 - mu))
         p_switch = jnp.clip(p_switch, 0.0, 1.0)
         # each record of the pool switches independently (a Binomial number, a uniform subset)
@@ -176,15 +231,17 @@ def noncentred_moves(
         k = jnp.sum(switch)
         (pos,) = jnp.nonzero(switch, size=k_max, fill_value=plan.total)
         active = jnp.arange(k_max) < k
-        # fresh values from p_θ(· | S^c) when S shrinks, from p_θ(· | S) when it grows
-        avoid = jnp.where(shrink, ind, jnp.where(owner == host, 1.0 - ind, 0.0))
+        # fresh values from p_θ(· | C∖S) when S shrinks, from p_θ(· | S) when it grows
+        target = jnp.where(shrink, ctx - ind, ind)
+        avoid = jnp.where(owner == host, 1.0 - target, 0.0)
         fresh = jt.sample(net, eta + _EXCLUDE * avoid, k_new, k_max).astype(codes.dtype)
         fresh_idx = net.cell_indices(fresh).astype(idx.dtype)
         weight = jnp.repeat(active.astype(n.dtype), idx.shape[-1])
         change = (jnp.zeros_like(n).at[fresh_idx.ravel()].add(weight)
                   .at[idx[pos].ravel()].add(-weight))
         n_new = n + change
-        phi_new = phi + delta * direction
+        phi_new = (phi + delta * model.coding.from_theta(event)
+                   - kappa * model.coding.from_theta(context))
         log_alpha = (jnp.sum(_log_lik(fam, y, model.predict(n_new), ys)
                              - _log_lik(fam, y, model.predict(n), ys))
                      - 0.5 * jnp.sum((phi_new / prior_scale) ** 2 - (phi / prior_scale) ** 2))
