@@ -59,7 +59,7 @@ import numpy as np
 from numpyro_dpgm.inference import junction_tree as jt
 
 from .harness import add_out_argument, load_average, new_record, write_results
-from .workloads import Clique, adult_workload
+from .workloads import Clique, adult_workload, mbi_problem
 
 DESCRIPTION = "Prox-PGM/APPGM vs mbi mirror descent on noisy Adult marginals: error and s/iter"
 
@@ -167,16 +167,6 @@ def fit_ours(ms: list, network: Any, total: float, iters: int, factory: Callable
 # ------------------------------------------------------------------------------------------------
 # mbi
 # ------------------------------------------------------------------------------------------------
-def _mbi_problem(ms: list, domain: Any) -> tuple[Any, Any, list]:
-    import mbi
-    from mbi import marginal_loss
-
-    mdom = mbi.Domain(domain.attrs, domain.shape)
-    lms = [marginal_loss.LinearMeasurement(np.asarray(m.values), tuple(m.clique),
-                                           stddev=m.noise.sigma) for m in ms]
-    return mdom, marginal_loss.from_linear_measurements(lms, mdom), lms
-
-
 def _mbi_tables(mu: Any, cliques: Sequence[Clique]) -> dict[Clique, np.ndarray]:
     return {c: np.asarray(mu.project(c).datavector(flatten=False)) for c in cliques}
 
@@ -188,7 +178,7 @@ def fit_mbi_exact(ms: list, domain: Any, total: float, iters: int) -> dict[str, 
     block's excess over them."""
     from mbi import estimation
 
-    mdom, loss_fn, _ = _mbi_problem(ms, domain)
+    mdom, loss_fn, _ = mbi_problem(ms, domain)
     est = estimation.MirrorDescent()
     block = estimation.CALLBACK_EVERY
     load0 = load_average()
@@ -213,7 +203,7 @@ def fit_mbi_approx(ms: list, domain: Any, total: float, iters: int,
     """mbi ``ApproxMirrorDescent`` with step ``factor·2/(L·N)`` for ``iters`` steps."""
     from mbi.approximate_oracles import ApproxMirrorDescent
 
-    mdom, loss_fn, _ = _mbi_problem(ms, domain)
+    mdom, loss_fn, _ = mbi_problem(ms, domain)
     step = factor * 2.0 / (float(loss_fn.lipschitz) * total)
     est = ApproxMirrorDescent(stepsize=step)
     t0 = time.perf_counter()

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .harness import add_out_argument, load_average, new_record, write_results
+from .workloads import mbi_problem
 
 DESCRIPTION = "APPGM (Convex-GBP oracle) on m random 3-way cliques: compile, s/iter, peak RSS"
 
@@ -164,9 +165,7 @@ def _fit_mbi(ms: list, net: Any, a: argparse.Namespace) -> dict[str, Any]:
     import jax
     from mbi.approximate_oracles import ApproxMirrorDescent
 
-    from .appgm import _mbi_problem
-
-    mdom, loss_fn, _ = _mbi_problem(ms, net.domain)
+    mdom, loss_fn, _ = mbi_problem(ms, net.domain)
     total = float(a.records)
     est = ApproxMirrorDescent(stepsize=2.0 / (float(loss_fn.lipschitz) * total))
     stamps: list[float] = []

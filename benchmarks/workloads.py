@@ -5,7 +5,8 @@
   :func:`adult_workload` builds either from the data set by name;
 - :func:`seed002_release`: a synthetic model of seed 002 (§4.1; the builders of
   :mod:`numpyro_dpgm.experiments.bernstein2017`), records drawn from it and their Laplace
-  release.
+  release;
+- :func:`mbi_problem`: Gaussian measurements as mbi 2.0 takes them (its domain and loss).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, NamedTuple
 import networkx as nx
 import numpy as np
 
-__all__ = ["QUERY", "Clique", "Workload", "adult_workload", "mutual_information",
+__all__ = ["QUERY", "Clique", "Workload", "adult_workload", "mbi_problem", "mutual_information",
            "seed002_release", "three_way_workload", "tree_workload"]
 
 #: The out-of-model query of the Adult workloads (no clique of either holds it).
@@ -190,3 +191,15 @@ def seed002_release(model: str, values: int, seed: int, n: int,
     meas = simulate_release(records, edges, epsilon, jax.random.key(1000 + seed),
                             domain=net.domain)
     return net, truth, meas, len(edges) / epsilon
+
+
+def mbi_problem(ms: Sequence[Any], domain: Any) -> tuple[Any, Any, list]:
+    """mbi's domain, its loss of Gaussian measurements ``ms`` and the measurements themselves
+    (``mbi.marginal_loss.LinearMeasurement``), for ``domain`` (this library's)."""
+    import mbi
+    from mbi import marginal_loss
+
+    mdom = mbi.Domain(domain.attrs, domain.shape)
+    lms = [marginal_loss.LinearMeasurement(np.asarray(m.values), tuple(m.clique),
+                                           stddev=m.noise.sigma) for m in ms]
+    return mdom, marginal_loss.from_linear_measurements(lms, mdom), lms
