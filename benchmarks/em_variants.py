@@ -16,6 +16,8 @@ fitted:
 - ``vem``: variational EM (AutoNormal guide over the relaxed CGM counts, alternating SVI and
   moment matching), from the naive start;
 - ``mcem``: Monte-Carlo EM (NUTS draws of the counts, warm-started), from the naive start;
+- ``mcem_exact``: Monte-Carlo EM on the exact CGM (record-swap draws of the integer tables,
+  the records kept across E-steps), from the naive start, with ``mcem``'s draws per E-step;
 - ``post_mean``: the max-ent model of the posterior mean of the marginals (Normal(0, 3²) prior
   on reference-coded parameters; SVI with a mean-field guide).
 
@@ -54,7 +56,7 @@ from .workloads import seed002_release
 DESCRIPTION = ("variational EM, Monte-Carlo EM and the posterior mean vs naive MLE and MAP-EM "
                "on third-order chains and ER graphs: KL and time")
 
-NEW = ("vem", "mcem", "post_mean")
+NEW = ("vem", "mcem", "mcem_exact", "post_mean")
 ORACLE_GRID = tuple(2.0 ** k for k in range(-3, 5))
 
 
@@ -98,6 +100,8 @@ def _fitters(args: argparse.Namespace, net: Any, meas: Any, n: int, b: float,
                                       steps=max(args.svi_steps // 3, 1), mean_draws=64),
         "mcem": lambda: mcem(meas, net, total_count=n, rng_key=key, max_iters=k, num_warmup=100,
                              first_draws=10, last_draws=80, max_tree_depth=6, chunk=10),
+        "mcem_exact": lambda: mcem(meas, net, total_count=n, rng_key=key, max_iters=k,
+                                   counts="exact", first_draws=10, last_draws=80, chunk=10),
         "post_mean": lambda: posterior_mean(meas, net, total_count=n, rng_key=key,
                                             max_iters=4 * args.svi_steps, svi_draws=64),
     }

@@ -1,4 +1,4 @@
-"""Monte-Carlo EM on the relaxed collective graphical model.
+"""Monte-Carlo EM on the relaxed collective graphical model, or on the exact one.
 
 E-step: the mean of NUTS draws of the latent count tables ``n`` from ``p(n | y; θ_t)`` (the
 relaxed CGM with the ``lgamma`` density, sampled through the junction-tree stick-breaking
@@ -12,6 +12,11 @@ Monte-Carlo error is irrelevant; more later, when it dominates the step).
 On a network that is not decomposable, ``n`` holds the tables of its triangulation's
 junction-tree cliques (see :func:`~numpyro_dpgm.estimation.variational_em.latent_counts_model`).
 The loop is :class:`numpyro_dpgm.infer.EM` with ``estep="mcmc"``.
+
+With ``counts="exact"`` the E-step is the mean of exact draws of the integer tables from the
+exact CGM posterior ``p(n | y; θ_t)`` instead (record swaps, :class:`~numpyro_dpgm.infer.estep.
+ExactEStep`; the records are kept from one E-step to the next), with no relaxation and hence
+no mass moved into near-empty cells (``estep="exact"``).
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ def mcem(
     max_tree_depth: int = 8,
     chunk: int = 25,
     tol: float = 1e-4,
+    counts: str = "relaxed",
+    burn_in: int = 50,
+    moves: int | None = None,
 ) -> Result:
     """Learn an MRF from noisy clique tables by Monte-Carlo EM on the relaxed CGM.
 
@@ -69,6 +77,13 @@ def mcem(
     num_warmup, first_draws, last_draws, growth, max_tree_depth, chunk :
         :class:`~numpyro_dpgm.infer.estep.MCMCEStep` options (draws per E-step:
         ``min(last, first·growth^t)``, rounded up to multiples of ``chunk``).
+    counts : {"relaxed", "exact"}
+        The E-step: NUTS on the relaxed CGM (:class:`~numpyro_dpgm.infer.estep.MCMCEStep`,
+        options ``num_warmup``, ``max_tree_depth``), or exact record swaps on the integer
+        tables (:class:`~numpyro_dpgm.infer.estep.ExactEStep`, options ``burn_in``, ``moves``;
+        no relaxation, so no leak into near-empty cells).
+    burn_in, moves :
+        :class:`~numpyro_dpgm.infer.estep.ExactEStep` options (``counts="exact"``).
     tol : float
         Stop when the model's clique marginals move by less than ``tol`` (L1, per clique);
         Monte-Carlo error keeps the change above a few ``/√draws``, so MCEM usually runs its
@@ -84,6 +99,13 @@ def mcem(
         ``total_count_estimated``,
         ``relaxation_leak`` (as :func:`~numpyro_dpgm.estimation.variational_em.variational_em`).
     """
+    if counts == "exact":
+        options = dict(first_draws=first_draws, last_draws=last_draws, growth=growth,
+                       burn_in=burn_in, moves=moves, chunk=chunk)
+        return run_em_estimator(measurements, network_or_domain, total_count, init, rng_key,
+                                max_iters, tol, "exact", options, callback)
+    if counts != "relaxed":
+        raise ValueError(f"counts must be 'relaxed' or 'exact', got {counts!r}")
     options = dict(num_warmup=num_warmup, first_draws=first_draws, last_draws=last_draws,
                    growth=growth, max_tree_depth=max_tree_depth, chunk=chunk)
     return run_em_estimator(measurements, network_or_domain, total_count, init, rng_key,

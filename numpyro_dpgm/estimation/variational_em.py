@@ -166,7 +166,7 @@ def run_em_estimator(
 ) -> Result:
     """Shared body of :func:`variational_em` and :func:`~numpyro_dpgm.estimation.mcem.mcem`."""
     start = time.perf_counter()
-    name = {"variational": "variational_em", "mcmc": "mcem"}[estep]
+    name = {"variational": "variational_em", "mcmc": "mcem", "exact": "mcem"}[estep]
     network, measurements = resolve_network(network_or_domain, measurements)
     total, estimated = resolve_total(total_count, measurements)
     if estimated:  # the latent counts sum to an integer N
@@ -176,8 +176,9 @@ def run_em_estimator(
     theta0, how = initial_theta(measurements, network, total, init)
     model = latent_counts_model(network, measurements, total)
     readout = model.readout  # type: ignore[attr-defined]
-    leak = warn_if_leaky(readout.latent_network, readout.latent_theta(theta0), total, name,
-                         stacklevel=4)
+    leak = (None if estep == "exact" else  # no relaxation to leak
+            warn_if_leaky(readout.latent_network, readout.latent_theta(theta0), total, name,
+                          stacklevel=4))
     nll = measurement_nll(network, measurements, total)
     losses = [nll(theta0)]
 

@@ -69,7 +69,10 @@ class EM:
     (:class:`~numpyro_dpgm.infer.estep.VariationalEStep`), ``estep="mcmc"`` the
     mean of NUTS draws of ``n`` given ``θ_t`` (Monte-Carlo EM,
     :class:`~numpyro_dpgm.infer.estep.MCMCEStep`); both need a relaxed CGM site and run
-    with the params fixed, warm-started from the previous E-step. M-step: maximise the
+    with the params fixed, warm-started from the previous E-step. ``estep="exact"`` puts the
+    mean of exact record-swap draws of the integer tables there
+    (:class:`~numpyro_dpgm.infer.estep.ExactEStep`; the model must be a
+    :func:`~numpyro_dpgm.estimation.variational_em.latent_counts_model`). M-step: maximise the
     complete-data log-likelihood
     ``θ·n̂ − N·A(θ)`` (plus the observed sites' log densities) over the ``numpyro.param`` sites.
     When the CGM's ``theta`` is itself a param site, the maximiser is moment matching: NLBP's
@@ -102,11 +105,11 @@ class EM:
         log-potentials, where L-BFGS otherwise drifts: without it, variational EM on a 10-node
         ER graph (``N = 10³``) moved ``θ`` to ±10⁶ along the gauge within three iterations,
         until the log-partition function lost its precision.
-    estep : {"nlbp", "variational", "mcmc"}
+    estep : {"nlbp", "variational", "mcmc", "exact"}
         The E-step (see above).
     estep_options : dict, optional
         Options of the variational or Monte-Carlo E-step (keyword arguments of
-        ``VariationalEStep`` / ``MCMCEStep``).
+        ``VariationalEStep`` / ``MCMCEStep`` / ``ExactEStep``).
 
     Examples
     --------
@@ -143,8 +146,9 @@ class EM:
     ):
         if max_iters < 1 or inner_iters < 1:
             raise ValueError("max_iters and inner_iters must be at least 1")
-        if estep not in ("nlbp", "variational", "mcmc"):
-            raise ValueError(f"estep must be 'nlbp', 'variational' or 'mcmc', got {estep!r}")
+        if estep not in ("nlbp", "variational", "mcmc", "exact"):
+            raise ValueError("estep must be 'nlbp', 'variational', 'mcmc' or 'exact', got "
+                             f"{estep!r}")
         self.estep = estep
         self.estep_options = dict(estep_options or {})
         self._engine: Any = None

@@ -3,10 +3,12 @@ or by variational inference, with the model's params held fixed.
 
 :class:`VariationalEStep` fits a Gaussian autoguide by SVI and averages guide draws (variational
 EM, :func:`~numpyro_dpgm.estimation.variational_em.variational_em`); :class:`MCMCEStep` averages
-NUTS draws from a warm-started chain (Monte-Carlo EM, :func:`~numpyro_dpgm.estimation.mcem.mcem`).
+NUTS draws from a warm-started chain (Monte-Carlo EM, :func:`~numpyro_dpgm.estimation.mcem.mcem`);
+:class:`ExactEStep` averages exact record-swap draws of the integer tables (Monte-Carlo EM on the
+exact CGM, ``mcem(..., counts="exact")``).
 :func:`estep_engine` caches one engine per model, so many releases fitted with one cached model
-compile once. :class:`numpyro_dpgm.infer.EM` picks the engine with ``estep="variational"`` or
-``estep="mcmc"``.
+compile once. :class:`numpyro_dpgm.infer.EM` picks the engine with ``estep="variational"``,
+``estep="mcmc"`` or ``estep="exact"``.
 """
 
 from __future__ import annotations
@@ -24,11 +26,16 @@ from numpyro.infer import NUTS, SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
 
 from .._cache import LRUCache
+from ..distributions.cgm import CollectiveGraphicalModel
+from ..distributions.noise import GaussianNoise, LaplaceNoise
 from .bayes import init_to_interior
+from .bayes.gibbs import default_moves
+from .bayes.records import record_plan, record_update, records_from_tables
 from .handlers import _join, split_static
 
 __all__ = [
     "EStepResult",
+    "ExactEStep",
     "MCMCEStep",
     "VariationalEStep",
     "conditioned_on_params",
@@ -99,8 +106,8 @@ def estep_engine(kind: str, model: Callable, latent: str, options: dict,
 
     Parameters
     ----------
-    kind : {"variational", "mcmc"}
-        :class:`VariationalEStep` or :class:`MCMCEStep`.
+    kind : {"variational", "mcmc", "exact"}
+        :class:`VariationalEStep`, :class:`MCMCEStep` or :class:`ExactEStep`.
     model : callable
         A NumPyro model with ``numpyro.param`` sites and the latent site ``latent``.
     latent : str
@@ -111,7 +118,7 @@ def estep_engine(kind: str, model: Callable, latent: str, options: dict,
 
     Returns
     -------
-    VariationalEStep or MCMCEStep
+    VariationalEStep, MCMCEStep or ExactEStep
         Called as ``engine(key, params, args, kwargs)``, it returns an :class:`EStepResult`.
     """
     key = (kind, model, latent, tuple(sorted(options.items())))
@@ -123,8 +130,10 @@ def estep_engine(kind: str, model: Callable, latent: str, options: dict,
             engine = VariationalEStep(model, latent, **options)
         elif kind == "mcmc":
             engine = MCMCEStep(model, latent, **options)
+        elif kind == "exact":
+            engine = ExactEStep(model, latent, **options)
         else:
-            raise ValueError(f"unknown E-step {kind!r}; use 'variational' or 'mcmc'")
+            raise ValueError(f"unknown E-step {kind!r}; use 'variational', 'mcmc' or 'exact'")
         _ENGINES[key] = engine
     engine.reset()
     return engine
@@ -307,6 +316,104 @@ class MCMCEStep:
             total_n, total_e = total_n + n, total_e + energy
         self.iteration += 1
         return EStepResult(total_n / chunks, float(-total_e / chunks), True, chunks * chunk)
+
+
+class ExactEStep:
+    """Posterior mean of the integer tables by exact record swaps, with the model's ``θ`` fixed.
+
+    The exact update of :mod:`numpyro_dpgm.infer.bayes.records` (Metropolis–Hastings record
+    swaps that leave ``p(n | y; θ)`` of the exact CGM invariant), run as one chain whose
+    records are kept across E-steps (the first E-step deals them from a CGM draw at ``θ_0``
+    and runs ``burn_in`` updates first). No relaxation: the mean is of the exact posterior, up
+    to Monte Carlo error.
+
+    Parameters
+    ----------
+    model : callable
+        A :func:`~numpyro_dpgm.estimation.variational_em.latent_counts_model` (its ``readout``
+        is the release's :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel`), with the
+        param ``theta`` in the network's layout.
+    latent : str
+    first_draws, last_draws, growth :
+        Updates averaged per E-step, :func:`draw_schedule`.
+    burn_in : int
+        Updates before the first E-step's draws.
+    moves : int, optional
+        Record swaps per update (:func:`~numpyro_dpgm.infer.bayes.gibbs.default_moves`).
+    chunk : int
+        Updates run in compiled scans of ``chunk`` (draws rounded up to multiples of it).
+    """
+
+    def __init__(self, model: Callable, latent: str, *, first_draws: int = 25,
+                 last_draws: int = 400, growth: float = 2.0, burn_in: int = 50,
+                 moves: int | None = None, chunk: int = 25):
+        if min(first_draws, last_draws, chunk) < 1 or burn_in < 0 or growth < 1:
+            raise ValueError("first_draws, last_draws, chunk must be >= 1, burn_in >= 0 and "
+                             "growth >= 1")
+        if not hasattr(model, "readout"):
+            raise ValueError("estep='exact' needs a latent_counts_model (a model with the "
+                             "release's readout)")
+        self.model, self.latent = model, latent
+        self.first, self.last, self.growth = int(first_draws), int(last_draws), float(growth)
+        self.burn_in, self.moves, self.chunk = int(burn_in), moves, int(chunk)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the chain and take the model's current release (its readout). The compiled
+        update holds the release's noise scales and ``N``: it is rebuilt when they change."""
+        readout = self.model.readout
+        self.readout, self.plan = readout, record_plan(readout)
+        self.state: Any = None
+        self.iteration = 0
+        k = default_moves(readout.total_count) if self.moves is None else int(self.moves)
+        signature = (readout.noise_family, np.asarray(readout.noise_scales).tobytes(),
+                     int(readout.total_count), k)
+        if signature == getattr(self, "_signature", None):
+            return
+        self._signature = signature
+        cgm = functools.partial(CollectiveGraphicalModel, readout.latent_network,
+                                total_count=readout.total_count, relaxed=False)
+        noise = LaplaceNoise if readout.noise_family == "laplace" else GaussianNoise
+        plan, chunk = self.plan, self.chunk
+
+        @jax.jit
+        def run(codes: Any, n: Any, eta: Any, y: Any, scales: Any, key: Any) -> tuple:
+            def body(carry: Any, key: Any) -> Any:
+                codes, n, total_n, total_e = carry
+                codes, n, _ = record_update(plan, readout.predict, codes, n, eta, y, key, k)
+                energy = (cgm(eta).log_prob(n)
+                          + jnp.sum(noise(readout.predict(n), scales).log_prob(y)))
+                return (codes, n, total_n + n / chunk, total_e + energy / chunk), None
+
+            (codes, n, mean, energy), _ = jax.lax.scan(
+                body, (codes, n, jnp.zeros_like(n), jnp.zeros((), n.dtype)),
+                jax.random.split(key, chunk))
+            return codes, n, mean, energy
+
+        self._run = run
+
+    def __call__(self, key: Any, params: dict, args: tuple, kwargs: dict) -> EStepResult:
+        y, scales = jnp.asarray(args[0]), jnp.asarray(args[1])
+        eta = self.readout.latent_theta(jnp.asarray(params["theta"]))
+        if self.state is None:
+            k_n, k_deal, key = jax.random.split(key, 3)
+            n = CollectiveGraphicalModel(self.readout.latent_network, eta,
+                                         self.readout.total_count).sample(k_n).astype(eta.dtype)
+            self.state = (records_from_tables(self.plan, n, k_deal), n)
+            for _ in range(-(-self.burn_in // self.chunk)):
+                key, sub = jax.random.split(key)
+                codes, n, _, _ = self._run(*self.state, eta, y, scales, sub)
+                self.state = (codes, n)
+        draws = draw_schedule(self.iteration, self.first, self.last, self.growth)
+        chunks = max(-(-draws // self.chunk), 1)
+        total_n, total_e = 0.0, 0.0
+        for _ in range(chunks):
+            key, sub = jax.random.split(key)
+            codes, n, mean, energy = self._run(*self.state, eta, y, scales, sub)
+            self.state = (codes, n)
+            total_n, total_e = total_n + mean, total_e + energy
+        self.iteration += 1
+        return EStepResult(total_n / chunks, float(total_e / chunks), True, chunks * self.chunk)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
