@@ -98,9 +98,9 @@ def events(network: Any, coding: Any) -> Events:
     """Every event of the non-centred moves of ``network`` (with its ``coding``): the
     parameters' events, the cells of the clique tables, and each cell of a clique of two or
     more attributes within the value of each of its attributes."""
-    rows = [(j, -1, -1, host) for j, (attrs, host) in enumerate(
-        (attrs, host) for attrs, host in coding.terms
-        for _ in itertools.product(*(range(1, network.domain[a]) for a in attrs)))]
+    hosts = [host for attrs, host in coding.terms
+             for _ in itertools.product(*(range(1, network.domain[a]) for a in attrs))]
+    rows = [(j, -1, -1, host) for j, host in enumerate(hosts)]
     for h, (clique, size, offset) in enumerate(zip(network.cliques, network.sizes,
                                                    network.offsets, strict=True)):
         contexts = [-1] + (list(range(len(clique))) if len(clique) > 1 else [])

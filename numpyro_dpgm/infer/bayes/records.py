@@ -305,7 +305,7 @@ def record_update(
     Keeping the records between updates, instead of dealing them afresh from ``n`` (step 1),
     gives the same chain of tables: a swap removes a uniformly chosen record, whose cell is
     distributed ∝ ``n`` whatever the records' order, so each swap's law given ``n`` is the
-    same. It saves step 1's sorts, which take most of an update's time at ``K ≈ N/4``.
+    same. It saves step 1's sort of the ``N`` records per clique at every update.
 
     Parameters
     ----------
