@@ -13,13 +13,17 @@ Three studies, each run on both paths of :func:`numpyro_dpgm.infer.bayes.run_nut
   relationship, sex, race, income>50K, education-num, occupation, workclass, hours-per-week``
   with their one-way tables (842 cells); ``capital``, ``income>50K – capital-gain –
   capital-loss`` (the demo tree's leakiest table, 10,401 cells); ``big-small`` and ``big-mid``:
-  the same networks on 250,000 records drawn from the model fitted to Adult's true tables
-  (junction-tree MLE). Figures per run: wall time (compilation included), worst
-  rank-normalised split R-hat and smallest bulk ESS over ``φ`` (run_nuts's own checks),
+  the same networks on ``--records`` records (default 250,000) drawn from the model fitted to
+  Adult's true tables (junction-tree MLE). Figures per run: wall time (compilation included),
+  worst rank-normalised split R-hat and smallest bulk ESS over ``φ`` (run_nuts's own checks),
   bulk ESS per second, draws at the maximum tree depth, the relaxation leak of the leakiest
   latent table at the posterior mean ``θ``, and for that table the posterior mean mass in
   cells whose exact-path posterior mean is below one record (both paths). ``--interweave
-  0,16,64`` runs the exact path once per number of non-centred moves per step.
+  0,16,64`` runs the exact path once per number of non-centred moves per step. ``--paths``
+  picks the runs per release: ``exact``, ``relaxed`` (the default pair) and ``default``,
+  ``run_nuts``'s own choice. Every run records the path, the reason it was chosen and the
+  median noise share of the released values (``released_noise_share``), on which the choice
+  rests.
 - ``coverage``: sparse tables: ``--releases`` simulated releases of one attribute of
   ``--levels`` levels (``θ`` drawn from the prior, scale 3, so most cells expect under one
   record; ``N = --coverage-n`` records; Laplace ``b = 2``), fitted in one plate-batched run per
@@ -95,6 +99,9 @@ def run_path(model: Any, exact: bool, args: argparse.Namespace, seed: int,
     """One run of ``run_nuts`` on a path; its figures and the MCMC object."""
     from numpyro_dpgm.infer.bayes import run_nuts
     from numpyro_dpgm.infer.bayes.checks import convergence_figures
+    from numpyro_dpgm.infer.bayes.interweave import released_noise_share
+
+    noise_share = float(np.median(released_noise_share(model)))
 
     load0 = load_average()
     t0 = time.perf_counter()
@@ -108,7 +115,9 @@ def run_path(model: Any, exact: bool, args: argparse.Namespace, seed: int,
     grouped = mcmc.get_samples(group_by_chain=True)
     extra = mcmc.get_extra_fields(group_by_chain=True)
     fig = convergence_figures(grouped, ["phi"], extra.get("num_steps"), 10)
-    out = {"path": mcmc.path, "wall_s": wall, "max_r_hat": fig.max_r_hat, "worst": fig.worst,
+    out = {"path": mcmc.path, "chosen": "default" if exact is None else "given",
+           "path_reason": mcmc.path_reason, "noise_share": noise_share, "wall_s": wall,
+           "max_r_hat": fig.max_r_hat, "worst": fig.worst,
            "min_ess_bulk": fig.min_ess_bulk, "min_ess_per_s": fig.min_ess_bulk / wall,
            "max_depth_hits": fig.max_depth_hits, "draws": fig.num_draws,
            "divergences": int(np.sum(np.asarray(extra.get("diverging", 0)))),
@@ -142,7 +151,7 @@ def study_adult(args: argparse.Namespace) -> list[dict[str, Any]]:
     for name in args.models:
         big = name.startswith("big-")
         edges = EDGES[name.removeprefix("big-")]
-        data, net = adult_data(edges, 250_000 if big else None, args.seed)
+        data, net = adult_data(edges, args.records if big else None, args.seed)
         for eps in args.eps:
             ms = simulate_release(data, net, eps, jax.random.key(args.seed + 7))
             model = noisy_marginals_model(net, ms, int(data.total))
@@ -150,15 +159,16 @@ def study_adult(args: argparse.Namespace) -> list[dict[str, Any]]:
             base = {"study": "adult", "model": name, "records": int(data.total), "eps": eps,
                     "cells": net.num_params, "params": model.coding.dim}
             runs, first = {}, len(rows)
-            paths = [(True, k) for k in args.interweave] + [(False, None)] * (
-                not args.skip_relaxed)
+            paths = ([(True, k) for k in args.interweave] * ("exact" in args.paths)
+                     + [(False, None)] * ("relaxed" in args.paths)
+                     + [(None, None)] * ("default" in args.paths))
             for exact, weave in paths:
                 kwargs = {"interweave": weave} if exact else {}
                 fig, mcmc = run_path(model, exact, args, args.seed, init=start, **kwargs)
                 runs[exact] = mcmc
                 rows.append({**base, **fig, "interweave": weave})
                 print(json.dumps(rows[-1], default=json_default), file=sys.stderr)
-            if len(runs) == 2:
+            if True in runs and False in runs:
                 theta = np.asarray(runs[True].get_samples()["theta"]).mean(0)
                 cmp = leaky_table(model, np.asarray(runs[True].get_samples()["n"]),
                                   np.asarray(runs[False].get_samples()["n"]), theta)
@@ -211,7 +221,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interweave", default="",
                         help="comma-separated non-centred moves per step, one exact run each "
                              "(default: the library's default only)")
-    parser.add_argument("--skip-relaxed", action="store_true")
+    parser.add_argument("--paths", default="exact,relaxed",
+                        help="comma-separated runs per release: exact, relaxed, and default "
+                             "(run_nuts's own choice of path)")
+    parser.add_argument("--records", type=int, default=250_000,
+                        help="records drawn for the big- models")
     parser.add_argument("--levels", type=int, default=6)
     parser.add_argument("--coverage-n", type=int, default=30)
     parser.add_argument("--releases", type=int, default=100)
@@ -225,6 +239,7 @@ def main(args: argparse.Namespace) -> int:
     args.models = [m for m in args.models.split(",") if m]
     args.eps = [float(e) for e in args.eps.split(",") if e]
     args.interweave = [int(k) for k in args.interweave.split(",") if k] or [None]
+    args.paths = [p for p in args.paths.split(",") if p]
     rows: list[dict[str, Any]] = []
     studies = args.studies.split(",")
     if "coverage" in studies:

@@ -57,7 +57,9 @@ def fit(
     path: Annotated[str, typer.Option(
         help="nuts only: exact (an exact Gibbs update of the latent count tables inside NUTS), "
              "relaxed (the continuous relaxation of the counts), or auto (exact where the "
-             "relaxation would leak over 1 % of the records into near-empty cells)")] = "auto",
+             "relaxation would leak over 1 % of the records into near-empty cells, or where "
+             "the release pins the counts: the noise's share of the median released count "
+             "below 7.5 %)")] = "auto",
     stop: Annotated[str | None, typer.Option(
         help="prox-pgm only: auto (default: risk where the path reaches the noise level "
              "within a third of the iterations, else optimum), optimum (the minimiser of the "

@@ -30,6 +30,8 @@ from numpyro_dpgm.distributions.relaxation import RelaxationWarning
 from numpyro_dpgm.infer.bayes import noisy_marginals_model, run_nuts
 from numpyro_dpgm.infer.bayes.checks import ConvergenceWarning, convergence_figures
 from numpyro_dpgm.infer.bayes.gibbs import exact_gibbs_fn
+from numpyro_dpgm.infer.bayes.interweave import released_noise_share
+from numpyro_dpgm.infer.bayes.nuts import PINNED_SHARE
 from numpyro_dpgm.infer.bayes.records import (
     exact_count_update,
     record_plan,
@@ -272,11 +274,30 @@ def test_run_nuts_picks_the_exact_path_where_the_relaxation_leaks():
                     init={"phi": jnp.asarray([-3.0, -3.0])}, check=False)
     assert mcmc.path == "exact" and "above the 1% tolerance" in mcmc.path_reason
     assert not mcmc.model.relaxed and leaky.relaxed
-    roomy = noisy_marginals_model(NET1, [Measurement(("a",), np.array([700.0, 650, 600]),
-                                                     Laplace(B1))], 2000)
+    y = np.array([700.0, 650, 600])
+    roomy = noisy_marginals_model(NET1, [Measurement(("a",), y, Laplace(20.0))], 2000)
     mcmc = run_nuts(roomy, jax.random.key(0), num_warmup=20, num_samples=20, num_chains=1,
                     check=False)
     assert mcmc.path == "relaxed" and "within the 1% tolerance" in mcmc.path_reason
+    # V = 2·20² = 800 against the median count 650: the noise's share is 800 / 1450
+    assert "share of the median released count is 55% (at least 7.5%)" in mcmc.path_reason
+
+
+def test_run_nuts_picks_the_exact_path_where_the_release_pins_the_counts():
+    y = np.array([700.0, 650, 600])
+    pinned = noisy_marginals_model(NET1, [Measurement(("a",), y, Laplace(B1))], 2000)
+    shares = released_noise_share(pinned)
+    np.testing.assert_allclose(shares, 2 * B1**2 / (y + 2 * B1**2), rtol=1e-12)
+    assert np.median(shares) < PINNED_SHARE
+    mcmc = run_nuts(pinned, jax.random.key(0), num_warmup=20, num_samples=20, num_chains=1,
+                    check=False)
+    assert mcmc.path == "exact" and "within the 1% tolerance" in mcmc.path_reason
+    assert "the release pins the counts" in mcmc.path_reason
+    n = np.asarray(mcmc.get_samples()["n"])
+    assert np.all(n.sum(1) == 2000) and np.all(n == np.round(n))
+    given = run_nuts(pinned, jax.random.key(0), num_warmup=5, num_samples=5, num_chains=1,
+                     exact=False, check=False)
+    assert given.path == "relaxed" and given.path_reason == "exact=False"
 
 
 def test_relaxed_posterior_warns_on_leak_and_convergence_warnings_fire():

@@ -61,7 +61,8 @@ import numpy as np
 from ...inference import junction_tree as jt
 from .records import RecordPlan, _log_lik
 
-__all__ = ["STEP_SCALES", "Events", "events", "noncentred_moves", "noise_share"]
+__all__ = ["STEP_SCALES", "Events", "events", "noncentred_moves", "noise_share",
+           "released_noise_share"]
 
 Array = Any
 
@@ -126,8 +127,8 @@ def noise_share(model: Any) -> np.ndarray:
         table = np.asarray(m.values, dtype=float).reshape(net.domain.shape_of(r.clique))
         part = table[tuple(values[attrs.index(a)] if a in attrs else slice(None)
                            for a in r.clique)]
-        var = float(np.size(part)) * _cell_variance(model, m)
-        return var / (max(float(np.sum(part)), 1.0) + var)
+        return _missing_information(float(np.sum(part)), float(np.size(part))
+                                    * _cell_variance(model, m))
 
     of_phi = [share(attrs, v) for attrs, _host in model.coding.terms
               for v in itertools.product(*(range(1, net.domain[a]) for a in attrs))]
@@ -136,6 +137,31 @@ def noise_share(model: Any) -> np.ndarray:
     ev = events(net, model.coding)
     return np.where(ev.phi >= 0, np.asarray(of_phi)[np.maximum(ev.phi, 0)],
                     of_cell[np.maximum(ev.cell, 0)])
+
+
+def released_noise_share(model: Any) -> np.ndarray:
+    """Per released value of the model's measurements, the share of the noise in it,
+    ``V / (max(y, 1) + V)`` (``V``: the noise variance, ``2b²`` or ``σ²``): the fraction of
+    missing information about the count it releases. Near 1 the noise swamps the count; near 0
+    the release pins it (:func:`~numpyro_dpgm.infer.bayes.nuts.choose_path` reads the median).
+
+    >>> import numpy as np
+    >>> from numpyro_dpgm import MarkovNetwork
+    >>> from numpyro_dpgm.infer.bayes import noisy_marginals_model
+    >>> from numpyro_dpgm.measurements import Laplace, Measurement
+    >>> y = np.array([798.0, 198.0, -3.0])
+    >>> model = noisy_marginals_model(MarkovNetwork({"a": 3}, [("a",)]),
+    ...                               [Measurement(("a",), y, Laplace(1.0))], 1000)
+    >>> released_noise_share(model).round(3).tolist()  # V = 2: 2/800, 2/200, 2/3
+    [0.002, 0.01, 0.667]
+    """
+    return np.concatenate([
+        _missing_information(np.asarray(m.values, dtype=float).ravel(), _cell_variance(model, m))
+        for m in model.measurements])
+
+
+def _missing_information(count: Any, variance: float) -> Any:
+    return variance / (np.maximum(count, 1.0) + variance)
 
 
 def _cell_variance(model: Any, m: Any) -> float:
