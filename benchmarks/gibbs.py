@@ -4,9 +4,9 @@ Three studies, each run on both paths of :func:`numpyro_dpgm.infer.bayes.run_nut
 (``exact=True``: NUTS on ``φ`` within Gibbs, exact record swaps on the integer tables ``n``;
 ``exact=False``: NUTS on ``φ`` and the relaxed tables together):
 
-- ``adult``: Adult models, a release at each ``--eps`` (Laplace, add/remove, ε split by the
-  sensitivity rule, JAX sampler seeded), run as ``dpgm fit --method nuts`` runs them
-  (``--chains`` chains of ``--draws`` warm-up + ``--draws`` draws, started from the NLBP-EM
+- ``adult``: Adult models, a release at each ``--eps`` (Laplace or ``--mechanism``, add/remove,
+  ε split by the sensitivity rule, JAX sampler seeded), run as ``dpgm fit --method nuts`` runs
+  them (``--chains`` chains of ``--draws`` warm-up + ``--draws`` draws, started from the NLBP-EM
   estimate ``em_start``). Models (``--models``): ``small``, Adult's ``sex – relationship –
   income>50K – education-num`` and ``sex – race`` edges of the demo's tree with their one-way
   tables (97 cells, 48,842 records); ``mid``, the demo tree's edges among ``marital-status,
@@ -17,11 +17,12 @@ Three studies, each run on both paths of :func:`numpyro_dpgm.infer.bayes.run_nut
   Adult's true tables (junction-tree MLE). Figures per run: wall time (compilation included),
   worst rank-normalised split R-hat and smallest bulk ESS over ``φ`` (run_nuts's own checks),
   bulk ESS per second, draws at the maximum tree depth, the relaxation leak of the leakiest
-  latent table at the posterior mean ``θ``, and for that table the posterior mean mass in
-  cells whose exact-path posterior mean is below one record (both paths). ``--interweave
-  0,16,64`` runs the exact path once per number of non-centred moves per step. ``--paths``
-  picks the runs per release: ``exact``, ``relaxed`` (the default pair) and ``default``,
-  ``run_nuts``'s own choice. Every run records the path, the reason it was chosen and the
+  latent table at the posterior mean ``θ``, and for that table the posterior mean mass in cells
+  whose exact-path posterior mean is below one record (both paths). ``--interweave 0,16,64``
+  runs the exact path once per number of non-centred moves per step. ``--paths`` picks the runs
+  per release: ``exact``, ``relaxed`` (the default pair) and ``default``, ``run_nuts``'s own
+  choice. ``--mechanism gaussian`` releases with Gaussian noise at the ρ = ε²/2 zCDP that ε-DP
+  implies (default Laplace at ε). Every run records the path, the reason it was chosen and the
   median noise share of the released values (``released_noise_share``), on which the choice
   rests.
 - ``coverage``: sparse tables: ``--releases`` simulated releases of one attribute of
@@ -145,7 +146,7 @@ def leaky_table(model: Any, exact_n: np.ndarray, relaxed_n: np.ndarray,
 def study_adult(args: argparse.Namespace) -> list[dict[str, Any]]:
     from numpyro_dpgm.estimation.cgm_em import em_start
     from numpyro_dpgm.infer.bayes import noisy_marginals_model
-    from numpyro_dpgm.privacy import simulate_release
+    from numpyro_dpgm.privacy import ZCDP, simulate_release
 
     rows = []
     for name in args.models:
@@ -153,10 +154,13 @@ def study_adult(args: argparse.Namespace) -> list[dict[str, Any]]:
         edges = EDGES[name.removeprefix("big-")]
         data, net = adult_data(edges, args.records if big else None, args.seed)
         for eps in args.eps:
-            ms = simulate_release(data, net, eps, jax.random.key(args.seed + 7))
+            budget = eps if args.mechanism == "laplace" else ZCDP(eps**2 / 2)
+            ms = simulate_release(data, net, budget, jax.random.key(args.seed + 7),
+                                  mechanism=args.mechanism)
             model = noisy_marginals_model(net, ms, int(data.total))
             start = em_start(model)
             base = {"study": "adult", "model": name, "records": int(data.total), "eps": eps,
+                    "mechanism": args.mechanism,
                     "cells": net.num_params, "params": model.coding.dim}
             runs, first = {}, len(rows)
             paths = ([(True, k) for k in args.interweave] * ("exact" in args.paths)
@@ -224,6 +228,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paths", default="exact,relaxed",
                         help="comma-separated runs per release: exact, relaxed, and default "
                              "(run_nuts's own choice of path)")
+    parser.add_argument("--mechanism", choices=("laplace", "gaussian"), default="laplace",
+                        help="noise of the Adult releases: Laplace at ε, or Gaussian at the "
+                             "ρ = ε²/2 zCDP that ε-DP implies")
     parser.add_argument("--records", type=int, default=250_000,
                         help="records drawn for the big- models")
     parser.add_argument("--levels", type=int, default=6)

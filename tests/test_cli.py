@@ -661,10 +661,12 @@ def test_nuts_says_its_path_and_shows_progress_when_not_a_terminal(tmp_path, mon
     output = _ok(["fit", meas, "--method", "nuts", "--iters", 20, "--chains", 1, "--path", path,
                   "-o", post])
     lines = [line for line in output.splitlines() if line.startswith("progress: ")]
-    assert any(line.startswith("progress: NUTS: 1 chain(s) × (20 warm-up + 20 draws): warmup "
-                               "step 20 (") for line in lines)
+    assert any(line.startswith(f"progress: NUTS, {path} path: 1 chain(s) × (20 warm-up + 20 "
+                               "draws): warmup step 20 (") for line in lines)
     assert any("sample step 20 (" in line for line in lines)
-    assert f"({path} path: " in output or f"1 chain(s), {path} path" in output
+    # the path is said before sampling starts, and again with the figures
+    assert output.index(f"NUTS path: {path} (exact={path == 'exact'})") < output.index(lines[0])
+    assert f"1 chain(s), {path} path: exact={path == 'exact'})" in output
     assert re.search(r"worst R-hat \d\.\d{3}, smallest bulk ESS \d+", output)
     options = json.loads(post.read_text())["provenance"]["options"]
     assert options["path"] == path and options["max_depth_hits"] >= 0

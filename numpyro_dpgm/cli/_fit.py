@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import Force, _check_output, _enable_x64, _input_errors, console
+from ._common import Force, _check_output, _enable_x64, _input_errors, console, err_console
 from ._progress import _mcmc_progress, _progress
 
 #: The point estimators come from the estimators' registry; ``nuts`` gives posterior draws.
@@ -180,18 +180,24 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
 
     from ..estimation.cgm_em import em_start
     from ..infer.bayes import noisy_marginals_model, run_nuts
+    from ..infer.bayes.nuts import choose_path
     from ..synthesis import posterior_models
 
     bayes = noisy_marginals_model(network, measurements, int(round(total)),
                                   triangulate=not network.is_decomposable)
-    with _mcmc_progress(f"NUTS: {chains} chain(s) × ({draws} warm-up + {draws} draws)") as bar:
+    start = em_start(bayes)
+    # the path is chosen here, so that progress says which one runs from its first line
+    chosen, reason = choose_path(bayes, NUTS_PATHS[path], bayes.starting_point(start))
+    err_console.print(f"NUTS path: {chosen} ({reason})", highlight=False, soft_wrap=True)
+    with _mcmc_progress(f"NUTS, {chosen} path: {chains} chain(s) × ({draws} warm-up + {draws} "
+                        "draws)") as bar:
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
-                        num_chains=chains, init=em_start(bayes), progress_bar=bar,
-                        exact=NUTS_PATHS[path])
+                        num_chains=chains, init=start, progress_bar=bar,
+                        exact=chosen == "exact")
     figures = mcmc.convergence
     divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
     options = {"draws": draws * chains, "warmup": draws, "chains": chains, "seed": seed,
-               "path": mcmc.path, "path_reason": mcmc.path_reason,
+               "path": mcmc.path, "path_reason": reason,
                "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,
                "max_depth_hits": figures.max_depth_hits, "divergences": divergences}
     return posterior_models(mcmc, network), options
