@@ -280,7 +280,7 @@ def test_run_nuts_picks_the_exact_path_where_the_relaxation_leaks():
                     check=False)
     assert mcmc.path == "relaxed" and "within the 1% tolerance" in mcmc.path_reason
     # V = 2·20² = 800 against the median count 650: the noise's share is 800 / 1450
-    assert "share of the median released count is 55% (at least 7.5%)" in mcmc.path_reason
+    assert "share of the median released count is 55.2% (at least 7.5%)" in mcmc.path_reason
 
 
 def test_run_nuts_picks_the_exact_path_where_the_release_pins_the_counts():

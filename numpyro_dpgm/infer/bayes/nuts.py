@@ -95,7 +95,7 @@ def choose_path(
         return "exact", f"{where}, above the {100 * LEAK_TOLERANCE:g}% tolerance"
     where = f"{where}, within the {100 * LEAK_TOLERANCE:g}% tolerance"
     share = float(np.median(released_noise_share(model)))
-    pins = (f"the noise's share of the median released count is {100 * share:.2g}% "
+    pins = (f"the noise's share of the median released count is {100 * share:.3g}% "
             f"({'below' if share < PINNED_SHARE else 'at least'} {100 * PINNED_SHARE:g}%")
     if share < PINNED_SHARE:
         return "exact", (f"{where}, but {pins}: the release pins the counts, where relaxed "
