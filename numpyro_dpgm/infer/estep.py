@@ -324,8 +324,8 @@ class ExactEStep:
     The exact update of :mod:`numpyro_dpgm.infer.bayes.records` (Metropolis–Hastings record
     swaps that leave ``p(n | y; θ)`` of the exact CGM invariant), run as one chain whose
     records are kept across E-steps (the first E-step deals them from a CGM draw at ``θ_0``
-    and runs ``burn_in`` updates first). No relaxation: the mean is of the exact posterior, up
-    to Monte Carlo error.
+    and runs ``burn_in`` updates first, rounded up to a multiple of ``chunk``). No relaxation:
+    the mean is of the exact posterior, up to Monte Carlo error.
 
     Parameters
     ----------
@@ -337,7 +337,7 @@ class ExactEStep:
     first_draws, last_draws, growth :
         Updates averaged per E-step, :func:`draw_schedule`.
     burn_in : int
-        Updates before the first E-step's draws.
+        Updates before the first E-step's draws (rounded up to a multiple of ``chunk``).
     moves : int, optional
         Record swaps per update (:func:`~numpyro_dpgm.infer.bayes.gibbs.default_moves`).
     chunk : int

@@ -74,8 +74,8 @@ def choose_path(
 
     The share decides which sampler's weakness a release meets. Where it is near 1 the exact
     path's data augmentation crawls (the share is its fraction of missing information); where
-    it is small, ``y`` pins ``n`` far more tightly than ``θ`` does, and relaxed NUTS's steps
-    shrink (on Adult's 97-cell model at ε = 1 and 250,000 records, share 0.024, every draw hit
+    it is small, ``y`` pins ``n`` far more tightly than ``θ`` does, and relaxed NUTS mixes
+    poorly (on Adult's 97-cell model at ε = 1 and 250,000 records, share 0.024, every draw hit
     the maximum tree depth and the worst R-hat was 1.90).
     """
     if not isinstance(model, NoisyMarginalsModel):
@@ -99,7 +99,7 @@ def choose_path(
             f"({'below' if share < PINNED_SHARE else 'at least'} {100 * PINNED_SHARE:g}%")
     if share < PINNED_SHARE:
         return "exact", (f"{where}, but {pins}: the release pins the counts, where relaxed "
-                         "NUTS needs its deepest trees)")
+                         "NUTS mixes poorly)")
     return "relaxed", f"{where}, and {pins})"
 
 
