@@ -12,7 +12,8 @@ Three studies, each run on both paths of :func:`numpyro_dpgm.infer.bayes.run_nut
   tables (97 cells, 48,842 records); ``mid``, the demo tree's edges among ``marital-status,
   relationship, sex, race, income>50K, education-num, occupation, workclass, hours-per-week``
   with their one-way tables (842 cells); ``capital``, ``income>50K – capital-gain –
-  capital-loss`` (the demo tree's leakiest table, 10,401 cells); ``big-small`` and ``big-mid``:
+  capital-loss`` (the demo tree's leakiest table, 10,401 cells); ``tree``, the demo's whole tree
+  with its one-way tables (20,774 cells); ``big-small``, ``big-mid``, ``big-tree``:
   the same networks on ``--records`` records (default 250,000) drawn from the model fitted to
   Adult's true tables (junction-tree MLE). Figures per run: wall time (compilation included),
   worst rank-normalised split R-hat and smallest bulk ESS over ``φ`` (run_nuts's own checks),
@@ -22,9 +23,11 @@ Three studies, each run on both paths of :func:`numpyro_dpgm.infer.bayes.run_nut
   runs the exact path once per number of non-centred moves per step. ``--paths`` picks the runs
   per release: ``exact``, ``relaxed`` (the default pair) and ``default``, ``run_nuts``'s own
   choice. ``--mechanism gaussian`` releases with Gaussian noise at the ρ = ε²/2 zCDP that ε-DP
-  implies (default Laplace at ε). Every run records the path, the reason it was chosen and the
-  median noise share of the released values (``released_noise_share``), on which the choice
-  rests.
+  implies (default Laplace at ε). ``--coding conditional`` puts the prior on the junction tree's
+  conditional log odds instead of the reference coding, ``--reference released`` the reference
+  levels at the release's most frequent levels. Every run records the path, the reason it was
+  chosen and the median noise share of the released values (``released_noise_share``), on which
+  the choice rests.
 - ``coverage``: sparse tables: ``--releases`` simulated releases of one attribute of
   ``--levels`` levels (``θ`` drawn from the prior, scale 3, so most cells expect under one
   record; ``N = --coverage-n`` records; Laplace ``b = 2``), fitted in one plate-batched run per
@@ -60,6 +63,12 @@ MID = SMALL + [("marital-status", "relationship"), ("education-num", "occupation
                ("occupation", "workclass"), ("income>50K", "hours-per-week")]
 CAPITAL = [("income>50K", "capital-gain"), ("capital-gain", "capital-loss")]
 EDGES = {"small": SMALL, "mid": MID, "capital": CAPITAL}
+
+
+def _tree() -> list:
+    from numpyro_dpgm.experiments.demo import ADULT_TREE
+
+    return list(ADULT_TREE)
 
 
 def adult_data(edges: list, records: int | None, seed: int) -> tuple[Any, Any]:
@@ -151,16 +160,18 @@ def study_adult(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     for name in args.models:
         big = name.startswith("big-")
-        edges = EDGES[name.removeprefix("big-")]
+        edges = _tree() if name.endswith("tree") else EDGES[name.removeprefix("big-")]
         data, net = adult_data(edges, args.records if big else None, args.seed)
         for eps in args.eps:
             budget = eps if args.mechanism == "laplace" else ZCDP(eps**2 / 2)
             ms = simulate_release(data, net, budget, jax.random.key(args.seed + 7),
                                   mechanism=args.mechanism)
-            model = noisy_marginals_model(net, ms, int(data.total))
+            model = noisy_marginals_model(net, ms, int(data.total), coding=args.coding,
+                                          reference=args.reference or None)
             start = em_start(model)
             base = {"study": "adult", "model": name, "records": int(data.total), "eps": eps,
-                    "mechanism": args.mechanism,
+                    "mechanism": args.mechanism, "coding": args.coding,
+                    "reference": args.reference or "level 0",
                     "cells": net.num_params, "params": model.coding.dim}
             runs, first = {}, len(rows)
             paths = ([(True, k) for k in args.interweave] * ("exact" in args.paths)
@@ -233,6 +244,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "ρ = ε²/2 zCDP that ε-DP implies")
     parser.add_argument("--records", type=int, default=250_000,
                         help="records drawn for the big- models")
+    parser.add_argument("--coding", choices=("reference", "conditional"), default="reference",
+                        help="the parameters the prior sits on (noisy_marginals_model's coding)")
+    parser.add_argument("--reference", choices=("", "released"), default="",
+                        help="reference levels: level 0 (empty) or the release's most frequent")
     parser.add_argument("--levels", type=int, default=6)
     parser.add_argument("--coverage-n", type=int, default=30)
     parser.add_argument("--releases", type=int, default=100)

@@ -186,8 +186,10 @@ def posterior_models(
         :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel` (taken from it).
     site : {"theta", "phi", "n"}
         ``"theta"``: the record model's log-potentials (the noise-aware choice: new records
-        from the population model, Räisä et al. 2023); ``"phi"``: reference-coded parameters,
-        mapped to ``θ`` (:class:`~numpyro_dpgm.infer.bayes.ReferenceCoding`); ``"n"``: the
+        from the population model, Räisä et al. 2023); ``"phi"``: the parameters the prior sits
+        on, mapped to ``θ`` by the fitted model's coding (draws without their model: the
+        reference coding at level 0, :class:`~numpyro_dpgm.infer.bayes.ReferenceCoding`);
+        ``"n"``: the
         latent true count tables, each turned into the maximum-entropy model with their
         marginals (:func:`theta_from_counts`): records that resemble the confidential data
         set rather than its population.
@@ -213,7 +215,7 @@ def posterior_models(
         raise KeyError(f"the posterior has no draws of site {site!r}; it has {sorted(draws)}")
     values = jnp.asarray(draws[site])
     if site == "phi":
-        coding = reference_coding(network)
+        coding = getattr(model, "coding", None) or reference_coding(network)
         if values.ndim != 2 or values.shape[-1] != coding.dim:
             raise ValueError(f"phi draws have shape {values.shape}; expected (draws, {coding.dim})")
         theta = coding.to_theta(values)

@@ -674,6 +674,23 @@ def test_nuts_says_its_path_and_shows_progress_when_not_a_terminal(tmp_path, mon
            "unknown --path 'both'", tmp_path / "x.json")
 
 
+def test_nuts_with_the_conditional_coding(tmp_path):
+    """``--coding conditional`` puts the prior on the junction tree's conditionals (reference
+    levels from the release) and the provenance says so; bad uses fail before writing."""
+    meas, post = tmp_path / "m.json", tmp_path / "post.json"
+    _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "-o", meas, "--clique",
+         "Sex,Survived", "--epsilon", "1", "--seed", "0"])
+    output = _ok(["fit", meas, "--method", "nuts", "--iters", 20, "--chains", 1, "--path",
+                  "relaxed", "--coding", "conditional", "-o", post])
+    assert "NUTS path: relaxed" in output
+    options = json.loads(post.read_text())["provenance"]["options"]
+    assert options["coding"] == "conditional" and options["draws"] == 20
+    _fails(["fit", meas, "--method", "nuts", "--coding", "cpt", "-o", tmp_path / "x.json"],
+           "unknown --coding 'cpt'", tmp_path / "x.json")
+    _fails(["fit", meas, "--coding", "conditional", "-o", tmp_path / "x.json"],
+           "--coding applies to --method nuts only", tmp_path / "x.json")
+
+
 def test_reproduce_set_bounds_a_run_and_refuses_bad_settings(tmp_path):
     """``--set KEY=VALUE`` replaces settings of mckenna2021's run (a bounded run: the
     scalability part alone at two clique counts); bad settings fail before anything is written."""

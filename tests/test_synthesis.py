@@ -113,6 +113,24 @@ def test_posterior_models_reads_phi_draws_through_the_reference_coding():
     assert_close(np.asarray(mrf.marginal(("v1",)))[0], ref.exact.marginal("v1"))
 
 
+def test_posterior_models_reads_phi_draws_through_the_fitted_models_coding():
+    from numpyro_dpgm.infer.bayes import noisy_marginals_model, run_nuts
+    from numpyro_dpgm.privacy import simulate_release
+
+    net = MarkovNetwork({"a": 2, "b": 3, "c": 2}, [("a", "b"), ("b", "c")])
+    records = pd.DataFrame({"a": [0, 1, 1, 0, 1] * 8, "b": [0, 1, 2, 1, 0] * 8,
+                            "c": [1, 1, 0, 0, 1] * 8})
+    ms = simulate_release(records, net, 1.0, jax.random.key(0), domain=net.domain)
+    model = noisy_marginals_model(net, ms, len(records), coding="conditional",
+                                  reference="released")
+    mcmc = run_nuts(model, jax.random.key(1), num_warmup=10, num_samples=5, num_chains=1,
+                    check=False)
+    by_phi = posterior_models(mcmc, site="phi")
+    by_theta = posterior_models(mcmc, site="theta")
+    assert_close(np.asarray(by_phi.marginal(("a", "b"))),
+                 np.asarray(by_theta.marginal(("a", "b"))))
+
+
 def test_nuts_fit_is_synthesised_with_its_own_network_and_size():
     from numpyro_dpgm.infer.bayes import noisy_marginals_model, run_nuts
     from numpyro_dpgm.privacy import simulate_release

@@ -60,6 +60,12 @@ def fit(
              "relaxation would leak over 1 % of the records into near-empty cells, or where "
              "the release pins the counts: the noise's share of the median released count "
              "below 7.5 %)")] = "auto",
+    coding: Annotated[str, typer.Option(
+        help="nuts only: the parameters the Normal prior sits on: reference (log-linear log "
+             "odds against each attribute's level 0) or conditional (log odds of the junction "
+             "tree's conditionals against each attribute's most frequent released level; "
+             "decomposable networks; given the tables its blocks are independent, so NUTS needs "
+             "no deep trees there)")] = "reference",
     stop: Annotated[str | None, typer.Option(
         help="prox-pgm only: auto (default: risk where the path reaches the noise level "
              "within a third of the iterations, else optimum), optimum (the minimiser of the "
@@ -75,6 +81,7 @@ def fit(
     force: Force = False,
 ) -> None:
     """Fit a graphical model over the released cliques: writes a model file."""
+    from ..infer.bayes.model import CODINGS
     from ..io import load_measurements, save_model
     from ..measurements import estimate_total
     from ..network import MarkovNetwork
@@ -91,6 +98,10 @@ def fit(
             raise ValueError(f"--chains must be at least 1, got {chains}")
         if path not in NUTS_PATHS:
             raise ValueError(f"unknown --path {path!r}; choose one of {list(NUTS_PATHS)}")
+        if coding not in CODINGS:
+            raise ValueError(f"unknown --coding {coding!r}; choose one of {list(CODINGS)}")
+        if coding != "reference" and method != "nuts":
+            raise ValueError(f"--coding applies to --method nuts only, not {method}")
         if stop is not None and method != "prox-pgm":
             raise ValueError(f"--stop applies to --method prox-pgm only, not {method}")
         if stop is not None and stop not in STOP_RULES:
@@ -109,7 +120,7 @@ def fit(
         t0 = time.perf_counter()
         if method == "nuts":
             result, options = _run_nuts(saved.measurements, network, n, iters or 500, chains,
-                                        seed, path)
+                                        seed, path, coding)
         else:
             # an estimated N is the estimator's own (rounded where latent counts need an integer)
             result, options = _run_fit(method, saved.measurements, network,
@@ -171,7 +182,8 @@ def _stop_status(result: Any) -> str:
 
 
 def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, chains: int,
-              seed: int, path: str = "auto") -> tuple[Any, dict[str, Any]]:
+              seed: int, path: str = "auto",
+              coding: str = "reference") -> tuple[Any, dict[str, Any]]:
     """Posterior draws of the record model (:func:`numpyro_dpgm.infer.bayes.run_nuts`) as one
     batched MarkovRandomField, with the path that ran and the convergence figures the provenance
     keeps (``run_nuts`` warns, naming the remedy, where they fall short)."""
@@ -183,8 +195,12 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
     from ..infer.bayes.nuts import choose_path
     from ..synthesis import posterior_models
 
+    if coding == "conditional" and not network.is_decomposable:
+        raise ValueError("--coding conditional needs a decomposable network (the released "
+                         "cliques must be those of a chordal graph); use --coding reference")
     bayes = noisy_marginals_model(network, measurements, int(round(total)),
-                                  triangulate=not network.is_decomposable)
+                                  triangulate=not network.is_decomposable, coding=coding,
+                                  reference="released" if coding == "conditional" else None)
     start = em_start(bayes)
     # the path is chosen here, so that progress says which one runs from its first line
     chosen, reason = choose_path(bayes, NUTS_PATHS[path], bayes.starting_point(start))
@@ -197,7 +213,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
     figures = mcmc.convergence
     divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
     options = {"draws": draws * chains, "warmup": draws, "chains": chains, "seed": seed,
-               "path": mcmc.path, "path_reason": reason,
+               "coding": coding, "path": mcmc.path, "path_reason": reason,
                "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,
                "max_depth_hits": figures.max_depth_hits, "divergences": divergences}
     return posterior_models(mcmc, network), options

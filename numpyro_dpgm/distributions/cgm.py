@@ -63,6 +63,10 @@ class CollectiveGraphicalModel(Distribution):
     relaxation : {"lgamma", "stirling"}
         Relaxed density: ``"lgamma"`` replaces ``n!`` by ``Γ(n+1)`` in the exact pmf (equal to it
         at integer tables); ``"stirling"`` is ``θ·n + N·H(n/N) − N·A(θ)`` (seed 002, Eq. 5).
+    normalized : bool
+        ``theta`` is already normalised, ``A(θ) = 0`` (the log conditionals of
+        :class:`~numpyro_dpgm.infer.bayes.conditional.ConditionalCoding`): the densities skip
+        computing it. Giving it for a ``theta`` that is not normalised gives wrong densities.
 
     Notes
     -----
@@ -74,7 +78,7 @@ class CollectiveGraphicalModel(Distribution):
 
     arg_constraints = {"theta": constraints.real_vector}
     pytree_data_fields = ("theta", "total_count")
-    pytree_aux_fields = ("network", "relaxed", "relaxation")
+    pytree_aux_fields = ("network", "relaxed", "relaxation", "normalized")
 
     def __init__(
         self,
@@ -84,6 +88,7 @@ class CollectiveGraphicalModel(Distribution):
         relaxed: bool = False,
         *,
         relaxation: str = "lgamma",
+        normalized: bool = False,
         validate_args: bool | None = None,
     ):
         theta = validated_theta(network, theta)
@@ -100,6 +105,7 @@ class CollectiveGraphicalModel(Distribution):
         self.total_count = total_count
         self.relaxed = bool(relaxed)
         self.relaxation = relaxation
+        self.normalized = bool(normalized)
         batch = jnp.broadcast_shapes(theta.shape[:-1], jnp.shape(total_count))
         super().__init__(batch, (network.num_params,), validate_args=validate_args)
 
@@ -114,7 +120,10 @@ class CollectiveGraphicalModel(Distribution):
         return not self.relaxed
 
     def _log_partition(self) -> Any:
-        """``A(θ)`` over the attributes the cliques cover, shape ``batch``."""
+        """``A(θ)`` over the attributes the cliques cover, shape ``batch`` (0 when
+        ``normalized``)."""
+        if self.normalized:
+            return jnp.zeros(self.theta.shape[:-1], self.theta.dtype)
         layout_net = self._covered()
         fn = lambda t: jt.log_partition(layout_net, t)  # noqa: E731
         if self.theta.ndim == 1:

@@ -31,7 +31,7 @@ from numpyro_dpgm.infer.bayes import noisy_marginals_model, run_nuts
 from numpyro_dpgm.infer.bayes.checks import ConvergenceWarning, convergence_figures
 from numpyro_dpgm.infer.bayes.gibbs import exact_gibbs_fn
 from numpyro_dpgm.infer.bayes.interweave import released_noise_share
-from numpyro_dpgm.infer.bayes.nuts import PINNED_SHARE
+from numpyro_dpgm.infer.bayes.nuts import PINNED_SHARE, choose_path
 from numpyro_dpgm.infer.bayes.records import (
     exact_count_update,
     record_plan,
@@ -234,10 +234,14 @@ def exact_prior():
     return moments(tables, log_n), moments(mu, log_g)
 
 
-def test_prior_on_theta_matches_quadrature(exact_prior):
+@pytest.mark.parametrize("coding", ["reference", "conditional"])
+def test_prior_on_theta_matches_quadrature(exact_prior, coding):
+    """Both codings give the same prior here (log odds against level 0 of one attribute); the
+    conditional one's ``θ`` is normalised, so its exact CGM skips ``A(θ)``."""
     (n_mean, n_sd), (mu_mean, mu_sd) = exact_prior
     model = noisy_marginals_model(NET1, [Measurement(("a",), Y1, Laplace(B1))], N1,
-                                  prior_scale=S1)
+                                  prior_scale=S1, coding=coding)
+    assert model.normalized == (coding == "conditional")
     mcmc = run_nuts(model, jax.random.key(2), num_warmup=500, num_samples=4000, num_chains=2,
                     exact=True)
     s = mcmc.get_samples()
@@ -298,6 +302,11 @@ def test_run_nuts_picks_the_exact_path_where_the_release_pins_the_counts():
     given = run_nuts(pinned, jax.random.key(0), num_warmup=5, num_samples=5, num_chains=1,
                      exact=False, check=False)
     assert given.path == "relaxed" and given.path_reason == "exact=False"
+    # with the prior on the conditional coding only the leak sends a run to the exact path
+    conditional = noisy_marginals_model(NET1, [Measurement(("a",), y, Laplace(B1))], 2000,
+                                        coding="conditional")
+    chosen, reason = choose_path(conditional, None, conditional.uniform_point())
+    assert chosen == "relaxed" and "with the conditional coding" in reason
 
 
 def test_relaxed_posterior_warns_on_leak_and_convergence_warnings_fire():
@@ -348,7 +357,7 @@ def _noncentred(plan, model, y, moves, k_max, kind="all"):
 
     ev = events(model.network, model.coding)
     chosen = {"all": np.ones(ev.phi.size, bool), "parameters": ev.phi >= 0,
-              "cells": (ev.cell >= 0) & (ev.context < 0), "within": ev.context >= 0}[kind]
+              "cells": (ev.cell >= 0) & (ev.context == 0), "within": ev.context > 0}[kind]
     assert chosen.any()
 
     def one(key, n, phi):
@@ -365,22 +374,24 @@ N2, B2, S2 = 8, 1.5, 1.5
 Y2 = np.array([5.0, 0.5, 2.5, -0.5])
 
 
-@pytest.mark.parametrize(("table", "kind", "nodes"), [
-    ("one-way", "parameters", 60), ("one-way", "cells", 60), ("two-way", "within", 24),
-    ("two-way", "all", 24)])
-def test_noncentred_moves_keep_the_exact_joint_posterior(table, kind, nodes):
+@pytest.mark.parametrize(("table", "kind", "nodes", "coding"), [
+    ("one-way", "parameters", 60, "reference"), ("one-way", "cells", 60, "reference"),
+    ("two-way", "within", 24, "reference"), ("two-way", "all", 24, "reference"),
+    ("two-way", "all", 24, "conditional")])
+def test_noncentred_moves_keep_the_exact_joint_posterior(table, kind, nodes, coding):
     """Exact draws of ``(φ, n) | y`` (``φ`` on a Gauss–Hermite grid, ``n | φ, y`` by
     enumeration) for a three-level attribute or a 2 × 2 table, moved 8 times, keep their
     moments."""
     net, y_obs, b, total, s = ((NET1, Y1, B1, N1, S1) if table == "one-way"
                                else (NET2, Y2, B2, N2, S2))
     model = noisy_marginals_model(net, [Measurement(net.cliques[0], y_obs, Laplace(b))], total,
-                                  prior_scale=s, relaxed=False)
+                                  prior_scale=s, relaxed=False, coding=coding,
+                                  reference={"a": 1} if coding == "conditional" else None)
     x, w = np.polynomial.hermite_e.hermegauss(nodes)
     dim = model.coding.dim
     grid = np.stack([a.ravel() for a in np.meshgrid(*[s * x] * dim, indexing="ij")], -1)
     log_w = sum(a.ravel() for a in np.meshgrid(*[np.log(w)] * dim, indexing="ij"))
-    logits = grid @ model.coding.matrix.T
+    logits = np.asarray(model.coding.to_theta(grid))
     log_mu = logits - logsumexp(logits, -1, keepdims=True)
     tables = compositions(total, net.num_params)
     log_joint = (log_w[:, None] + log_mu @ tables.T - gammaln(tables + 1).sum(-1)[None]
@@ -405,12 +416,14 @@ def test_noncentred_moves_keep_the_exact_joint_posterior(table, kind, nodes):
     np.testing.assert_allclose(phi1.std(0), phi0.std(0), rtol=0.03)
 
 
-def test_noncentred_moves_keep_the_prior_on_a_chain():
+@pytest.mark.parametrize("coding", ["reference", "conditional"])
+def test_noncentred_moves_keep_the_prior_on_a_chain(coding):
     """With uninformative noise the posterior is the prior: ``φ ∼ N(0, s²)``, ``n ∼ CGM(θ)``;
-    moves that mix up the clique memberships must keep it."""
+    moves that mix up the clique memberships must keep it (the conditional coding's moves
+    stay within a separator's value)."""
     flat = [Measurement(("a", "b"), np.zeros(6), Laplace(1e6)),
             Measurement(("b", "c"), np.zeros(6), Laplace(1e6))]
-    model = noisy_marginals_model(NETC, flat, 6, prior_scale=1.0, relaxed=False)
+    model = noisy_marginals_model(NETC, flat, 6, prior_scale=1.0, relaxed=False, coding=coding)
     plan = record_plan(model)
     draws = 6000
     phi0 = jax.random.normal(jax.random.key(1), (draws, model.coding.dim))

@@ -1,7 +1,8 @@
 """Full Bayesian inference on the collective graphical model: priors, models, NUTS, SVI.
 
 The model of a private release (:mod:`.model`) puts a Normal prior on the reference-coded
-parameters of :mod:`.coding` (the gauge), has the latent clique counts follow the CGM (relaxed or
+parameters of :mod:`.coding` (the gauge) or on the junction tree's conditional log odds of
+:mod:`.conditional`, has the latent clique counts follow the CGM (relaxed or
 exact) and the released tables their noise; :mod:`.nuts` and :mod:`.svi` fit it from the interior
 starting points of :mod:`.initialization`. On the exact path :mod:`.gibbs` runs NUTS within
 Gibbs with the record swaps of :mod:`.records` (and the optional non-centred moves of
@@ -11,6 +12,7 @@ Gibbs with the record swaps of :mod:`.records` (and the optional non-centred mov
 
 from .checks import ConvergenceWarning
 from .coding import ReferenceCoding, reference_coding
+from .conditional import ConditionalCoding, conditional_coding
 from .gibbs import exact_gibbs_fn, exact_kernel
 from .initialization import init_to_interior
 from .labels import cell_labels
@@ -19,11 +21,13 @@ from .nuts import run_nuts
 from .svi import SVIFit, run_svi
 
 __all__ = [
+    "ConditionalCoding",
     "ConvergenceWarning",
     "NoisyMarginalsModel",
     "ReferenceCoding",
     "SVIFit",
     "cell_labels",
+    "conditional_coding",
     "exact_gibbs_fn",
     "exact_kernel",
     "init_to_interior",

@@ -6,17 +6,20 @@ leaves ``p_θ`` unchanged, so a prior placed directly on ``θ`` puts mass along 
 likelihood cannot see. The prior is therefore placed on *minimal reference-coded*
 (corner-constraint) parameters ``φ``: for every non-empty attribute set ``A`` contained in some
 clique (the cliques' downward closure) and every cell ``v`` of ``A`` in which **no** attribute
-takes its reference value 0, one parameter ``λ_A(v)``; the log-density of a record is
+takes its reference value ``r_a`` (level 0 unless chosen), one parameter ``λ_A(v)``; the
+log-density of a record is
 
-.. math:: \\log p(x) = \\sum_A λ_A(x_A)\\, 1[x_a ≠ 0\\ ∀ a ∈ A] - \\log Z(φ).
+.. math:: \\log p(x) = \\sum_A λ_A(x_A)\\, 1[x_a ≠ r_a\\ ∀ a ∈ A] - \\log Z(φ).
 
 Each ``λ_A`` is written into the table of one clique containing ``A`` (the first in the
 network's order), which defines the 0/1 matrix ``M``. These indicator features and the constant
 form a basis of the functions ``Σ_C g_C(x_C)``, so ``φ ↦ p_{Mφ}`` reaches every distribution of
 the model family exactly once (:meth:`ReferenceCoding.from_theta` is the inverse, by Möbius
 inversion at the reference cell). Main effects ``λ_{a}(v)`` are log odds of level ``v`` against
-level 0 at the reference of the other attributes; interactions are log odds ratios. The prior is
-not invariant to the choice of reference level (level 0 of every attribute).
+the reference level at the reference of the other attributes; interactions are log odds ratios.
+The prior is not invariant to the choice of reference levels; where a reference level is rare,
+every parameter of its terms is coupled through its sparse cells (a reference at each attribute's
+most frequent level, ``reference="released"`` of the model, avoids that).
 
 The number of free parameters is ``Σ_A Π_{a∈A}(k_a − 1)``, far fewer than ``num_params``.
 """
@@ -25,16 +28,17 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
-from ...domain import Clique
+from ...domain import Clique, Domain
 from ...network import MarkovNetwork
 from .labels import _cell_label
 
-__all__ = ["ReferenceCoding", "reference_coding"]
+__all__ = ["ReferenceCoding", "cached_coding", "reference_coding", "reference_levels"]
 
 Array = Any
 
@@ -56,10 +60,11 @@ class ReferenceCoding:
         ``"a=1,b=2"`` for ``λ_{(a,b)}(1, 2)``.
     """
 
-    def __init__(self, network: MarkovNetwork):
+    def __init__(self, network: MarkovNetwork, reference: Mapping[str, int] | None = None):
         if not isinstance(network, MarkovNetwork):
             raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
         domain = network.domain
+        ref = reference_levels(domain, reference)
         subsets: set[frozenset[str]] = set()
         for c in network.cliques:
             for r in range(1, len(c) + 1):
@@ -77,8 +82,9 @@ class ReferenceCoding:
         to_rows, to_cols = [], []  # θ index, φ index: θ = segment-sum of φ
         inv_rows, inv_cols, inv_sign = [], [], []  # φ index, θ index, ±1: φ = R θ
         j = 0
+        self.reference: dict[str, int] = ref
         for attrs, host in self.terms:
-            levels = [range(1, domain[a]) for a in attrs]
+            levels = self.levels(attrs)
             hc = network.cliques[host]
             hshape = network.shapes[host]
             containing = [i for i, c in enumerate(network.cliques) if set(attrs) <= set(c)]
@@ -95,7 +101,7 @@ class ReferenceCoding:
                     c, shape = network.cliques[ci], network.shapes[ci]
                     for r in range(len(attrs) + 1):
                         for b in itertools.combinations(attrs, r):
-                            cell = tuple(val[a] if a in b else 0 for a in c)
+                            cell = tuple(val[a] if a in b else ref[a] for a in c)
                             inv_rows.append(j)
                             inv_cols.append(network.offsets[ci]
                                             + int(np.ravel_multi_index(cell, shape)))
@@ -108,6 +114,12 @@ class ReferenceCoding:
         self._inv_rows = np.asarray(inv_rows, dtype=np.int64)
         self._inv_cols = np.asarray(inv_cols, dtype=np.int64)
         self._inv_sign = np.asarray(inv_sign, dtype=np.float64)
+
+    def levels(self, attrs: Clique) -> list[list[int]]:
+        """The non-reference levels of each attribute of ``attrs`` (``λ_A``'s cells are their
+        product)."""
+        return [[v for v in range(self.network.domain[a]) if v != self.reference[a]]
+                for a in attrs]
 
     def __repr__(self) -> str:
         return f"ReferenceCoding(cliques={list(self.network.cliques)}, dim={self.dim})"
@@ -132,6 +144,10 @@ class ReferenceCoding:
         out = jnp.zeros(theta.shape[:-1] + (self.dim,), dtype=theta.dtype)
         return out.at[..., self._inv_rows].add(self._inv_sign * theta[..., self._inv_cols])
 
+    def tangent(self, direction: Array) -> Array:
+        """The change of ``φ`` that adds ``direction`` to ``θ`` (:meth:`from_theta`, linear)."""
+        return self.from_theta(direction)
+
     @property
     def matrix(self) -> np.ndarray:
         """The dense 0/1 matrix ``M`` of shape ``(num_params, dim)``."""
@@ -141,6 +157,31 @@ class ReferenceCoding:
 
 
 @functools.lru_cache(maxsize=64)
-def reference_coding(network: MarkovNetwork) -> ReferenceCoding:
-    """The minimal reference-coded parameterisation of ``network`` (cached per network)."""
-    return ReferenceCoding(network)
+def _cached(kind: type, network: MarkovNetwork, reference: tuple[tuple[str, int], ...]) -> Any:
+    return kind(network, dict(reference))
+
+
+def cached_coding(kind: type, network: MarkovNetwork, reference: Mapping[str, int] | None) -> Any:
+    """``kind(network, reference)``, cached per coding class, network and reference levels."""
+    return _cached(kind, network, tuple(sorted(dict(reference or {}).items())))
+
+
+def reference_coding(network: MarkovNetwork,
+                     reference: Mapping[str, int] | None = None) -> ReferenceCoding:
+    """The minimal reference-coded parameterisation of ``network`` (cached per network and
+    ``reference``, a mapping of attributes to their reference levels, default level 0)."""
+    return cached_coding(ReferenceCoding, network, reference)
+
+
+def reference_levels(domain: Domain, reference: Mapping[str, int] | None) -> dict[str, int]:
+    """Every attribute's reference level: ``reference``'s where it names one, else 0."""
+    ref = {a: 0 for a in domain.attrs}
+    for a, v in dict(reference or {}).items():
+        if a not in ref:
+            raise KeyError(f"reference names unknown attribute {a!r}; attributes are "
+                           f"{list(domain.attrs)}")
+        if not (isinstance(v, int | np.integer) and 0 <= int(v) < domain[a]):
+            raise ValueError(f"the reference level of {a!r} must be an integer in "
+                             f"[0, {domain[a]}), got {v!r}")
+        ref[a] = int(v)
+    return ref

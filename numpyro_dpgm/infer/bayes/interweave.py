@@ -59,6 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...inference import junction_tree as jt
+from .conditional import ConditionalCoding
 from .records import RecordPlan, _log_lik
 
 __all__ = ["STEP_SCALES", "Events", "events", "noncentred_moves", "noise_share",
@@ -83,8 +84,9 @@ class Events(NamedTuple):
     cell : int array
         The cell (network layout) for an event ``x_C = c`` of a clique table, else -1.
     context : int array
-        For a cell event, the position in its clique of the attribute whose value it keeps
-        (the move stays within ``x_a = c_a``), or -1 for none (the move is unconditional).
+        For a cell event, a bit mask of the positions in its clique of the attributes whose
+        values it keeps (the move stays within ``x_a = c_a`` for each), 0 for none (the move
+        is unconditional).
     host : int array
         The network clique whose table holds the event.
     """
@@ -96,16 +98,30 @@ class Events(NamedTuple):
 
 
 def events(network: Any, coding: Any) -> Events:
-    """Every event of the non-centred moves of ``network`` (with its ``coding``): the
-    parameters' events, the cells of the clique tables, and each cell of a clique of two or
-    more attributes within the value of each of its attributes."""
+    """Every event of the non-centred moves of ``network`` (with its ``coding``).
+
+    Reference coding: the parameters' events, the cells of the clique tables, and each cell of a
+    clique of two or more attributes within the value of each of its attributes. Conditional
+    coding: each cell of the junction tree's cliques within its separator cell (a move of one
+    conditional ``p(x_R | x_S = s)``), and where the residual has two or more attributes, also
+    within the value of each of them: moves that keep every conditional normalised, so that
+    they are linear in ``β``."""
+    if isinstance(coding, ConditionalCoding):
+        rows = []
+        for clique, sep, res in coding.blocks:
+            h = network.clique_index(clique)
+            mask = sum(1 << clique.index(a) for a in sep)
+            masks = [mask] + ([mask | 1 << clique.index(a) for a in res] if len(res) > 1 else [])
+            rows += [(-1, network.offsets[h] + c, m, h) for c in range(network.sizes[h])
+                     for m in masks]
+        return Events(*(np.asarray(col, dtype=np.int32) for col in zip(*rows, strict=True)))
     hosts = [host for attrs, host in coding.terms
-             for _ in itertools.product(*(range(1, network.domain[a]) for a in attrs))]
-    rows = [(j, -1, -1, host) for j, host in enumerate(hosts)]
+             for _ in itertools.product(*coding.levels(attrs))]
+    rows = [(j, -1, 0, host) for j, host in enumerate(hosts)]
     for h, (clique, size, offset) in enumerate(zip(network.cliques, network.sizes,
                                                    network.offsets, strict=True)):
-        contexts = [-1] + (list(range(len(clique))) if len(clique) > 1 else [])
-        rows += [(-1, offset + c, pos, h) for c in range(size) for pos in contexts]
+        contexts = [0] + ([1 << pos for pos in range(len(clique))] if len(clique) > 1 else [])
+        rows += [(-1, offset + c, mask, h) for c in range(size) for mask in contexts]
     return Events(*(np.asarray(col, dtype=np.int32) for col in zip(*rows, strict=True)))
 
 
@@ -130,12 +146,14 @@ def noise_share(model: Any) -> np.ndarray:
         return _missing_information(float(np.sum(part)), float(np.size(part))
                                     * _cell_variance(model, m))
 
-    of_phi = [share(attrs, v) for attrs, _host in model.coding.terms
-              for v in itertools.product(*(range(1, net.domain[a]) for a in attrs))]
+    coding = model.coding
+    of_phi = [] if isinstance(coding, ConditionalCoding) else [
+        share(attrs, v) for attrs, _host in coding.terms
+        for v in itertools.product(*coding.levels(attrs))]
     of_cell = np.asarray([share(tuple(c), cell) for c, shape in
                           zip(net.cliques, net.shapes, strict=True) for cell in np.ndindex(*shape)])
-    ev = events(net, model.coding)
-    return np.where(ev.phi >= 0, np.asarray(of_phi)[np.maximum(ev.phi, 0)],
+    ev = events(net, coding)
+    return np.where(ev.phi >= 0, np.asarray(of_phi + [1.0])[np.maximum(ev.phi, 0)],
                     of_cell[np.maximum(ev.cell, 0)])
 
 
@@ -223,13 +241,13 @@ def noncentred_moves(
 
     def indicators(e: Array) -> tuple[Array, Array]:
         """The event's cells and its context's, in the network's layout (one clique)."""
-        j, c, pos, host = ev.phi[e], ev.cell[e], ev.context[e], ev.host[e]
+        j, c, mask, host = ev.phi[e], ev.cell[e], ev.context[e], ev.host[e]
         unit = jnp.zeros(dim, phi.dtype).at[jnp.maximum(j, 0)].set(1.0)
         event = jnp.where(j >= 0, model.coding.to_theta(unit),
                           jnp.zeros(cells, phi.dtype).at[jnp.maximum(c, 0)].set(1.0))
-        axis = jnp.maximum(pos, 0)
-        kept = coords[:, axis] == coords[jnp.maximum(c, 0), axis]
-        context = (owner_net == host) & ((pos < 0) | kept)
+        held = ((mask >> jnp.arange(width)) & 1) == 1
+        kept = jnp.all((coords == coords[jnp.maximum(c, 0)]) | ~held, axis=1)
+        context = (owner_net == host) & kept
         return event, context.astype(phi.dtype)
 
     def body(carry: tuple, key: Array) -> tuple:
@@ -266,8 +284,8 @@ def noncentred_moves(
         change = (jnp.zeros_like(n).at[fresh_idx.ravel()].add(weight)
                   .at[idx[pos].ravel()].add(-weight))
         n_new = n + change
-        phi_new = (phi + delta * model.coding.from_theta(event)
-                   - kappa * model.coding.from_theta(context))
+        phi_new = (phi + delta * model.coding.tangent(event)
+                   - kappa * model.coding.tangent(context))
         log_alpha = (jnp.sum(_log_lik(fam, y, model.predict(n_new), ys)
                              - _log_lik(fam, y, model.predict(n), ys))
                      - 0.5 * jnp.sum((phi_new / prior_scale) ** 2 - (phi / prior_scale) ** 2))

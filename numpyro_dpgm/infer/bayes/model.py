@@ -53,13 +53,17 @@ from ...measurements import (
 from ...network import MarkovNetwork
 from ...tables import project_table
 from .coding import reference_coding
+from .conditional import ConditionalCoding, conditional_coding
 from .labels import _cell_label, cell_labels
 
-__all__ = ["DEFAULT_PRIOR_SCALE", "NoisyMarginalsModel", "noisy_marginals_model"]
+__all__ = ["CODINGS", "DEFAULT_PRIOR_SCALE", "NoisyMarginalsModel", "noisy_marginals_model",
+           "released_reference"]
 
 Array = Any
 
 DEFAULT_PRIOR_SCALE = 3.0
+#: The parameterisations of ``θ`` the prior can sit on: :mod:`.coding`, :mod:`.conditional`.
+CODINGS = ("reference", "conditional")
 
 
 class _Observed:
@@ -132,6 +136,8 @@ class NoisyMarginalsModel:
         record_marginals: bool = True,
         triangulate: bool = False,
         relaxed: bool = True,
+        coding: str = "reference",
+        reference: Mapping[str, int] | str | None = None,
     ):
         if not isinstance(network, MarkovNetwork):
             raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
@@ -183,7 +189,22 @@ class NoisyMarginalsModel:
         self.relaxation = relaxation
         self.relaxed = bool(relaxed)
         self.record_marginals = bool(record_marginals)
-        self.coding = reference_coding(network)
+        if coding not in CODINGS:
+            raise ValueError(f"coding must be one of {CODINGS}, got {coding!r}")
+        if reference == "released":
+            reference = released_reference(network, measurements)
+        elif isinstance(reference, str):
+            raise ValueError(f"reference must be a mapping of attributes to levels, 'released' "
+                             f"or None, got {reference!r}")
+        if coding == "conditional":
+            if latent is not network:
+                raise ValueError(
+                    "coding='conditional' needs a decomposable network (the junction tree's "
+                    "conditionals of the network itself); use coding='reference' with "
+                    "triangulate=True")
+            self.coding = conditional_coding(network, reference)
+        else:
+            self.coding = reference_coding(network, reference)
         self._readouts = tuple(readouts)
         self.y = np.concatenate([m.values for m in measurements])
         self.noise_scales = np.concatenate(scales)
@@ -273,10 +294,16 @@ class NoisyMarginalsModel:
             "n",
             CollectiveGraphicalModel(self.latent_network, self.latent_theta(theta),
                                      self.total_count, relaxed=self.relaxed,
-                                     relaxation=self.relaxation),
+                                     relaxation=self.relaxation, normalized=self.normalized),
         )
         noise = LaplaceNoise if self.noise_family == "laplace" else GaussianNoise
         numpyro.sample("y", noise(self.predict(n), jnp.asarray(self.noise_scales)), obs=obs)
+
+    @property
+    def normalized(self) -> bool:
+        """Whether ``θ = coding.to_theta(φ)`` is normalised (``A(θ) = 0``, the conditional
+        coding) and ``θ`` is inferred."""
+        return self.theta is None and isinstance(self.coding, ConditionalCoding)
 
     def latent_theta(self, theta: Array) -> Array:
         """``θ`` (network layout, any batch) re-expressed in :attr:`latent_network`'s layout."""
@@ -363,6 +390,32 @@ def _check_total(total_count: Any) -> int:
     return int(round(value))
 
 
+def released_reference(network: MarkovNetwork,
+                       measurements: Sequence[Measurement]) -> dict[str, int]:
+    """Each attribute's most frequent level in the release: the argmax of its released counts,
+    summed from the smallest table measured in full that contains it (attributes no such table
+    contains keep level 0). A function of the released values only, so it costs no privacy.
+
+    >>> import numpy as np
+    >>> from numpyro_dpgm import Laplace, MarkovNetwork, Measurement
+    >>> net = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])
+    >>> y = np.array([[5.0, 30.0, 1.0], [2.0, 40.0, 9.0]])
+    >>> released_reference(net, [Measurement(("a", "b"), y, Laplace(1.0))])
+    {'a': 1, 'b': 1}
+    """
+    ref = {}
+    full = [m for m in measurement_list(measurements, "no measurements") if m.query is None]
+    for a in network.domain.attrs:
+        fits = [m for m in full if a in m.clique]
+        if not fits:
+            continue
+        m = min(fits, key=lambda m: m.values.size)
+        table = np.asarray(m.values, dtype=float).reshape(network.domain.shape_of(m.clique))
+        axes = tuple(i for i, b in enumerate(m.clique) if b != a)
+        ref[a] = int(np.argmax(table.sum(axis=axes)))
+    return ref
+
+
 def _smallest_containing(network: MarkovNetwork, clique: Clique) -> int | None:
     best = None
     for i, c in enumerate(network.cliques):
@@ -382,6 +435,8 @@ def noisy_marginals_model(
     record_marginals: bool = True,
     triangulate: bool = False,
     relaxed: bool = True,
+    coding: str = "reference",
+    reference: Mapping[str, int] | str | None = None,
 ) -> NoisyMarginalsModel:
     """A NumPyro model of a release of noisy clique tables, for NUTS, SVI and ArviZ.
 
@@ -398,8 +453,8 @@ def noisy_marginals_model(
     total_count : int
         ``N``, the number of records (public, or a rounded private estimate).
     prior_scale : float or array ``(dim,)``
-        Standard deviation ``s`` of the independent ``Normal(0, s)`` prior on each
-        reference-coded parameter (log odds / log odds ratios against level 0, see the module
+        Standard deviation ``s`` of the independent ``Normal(0, s)`` prior on each parameter of
+        the coding (log odds / log odds ratios against the reference levels, see the module
         notes). The default 3 is weakly informative on the log-odds scale.
     theta : array ``(num_params,)``, optional
         Fix the record model's log-potentials instead of inferring them (then there is no
@@ -415,6 +470,16 @@ def noisy_marginals_model(
 triangulated`, layout :attr:`NoisyMarginalsModel.latent_network`, dims ``("latent_cell",)``);
         the measured tables are their projections and ``θ``, ``φ``, ``mu`` stay in the network's
         layout. ``False`` (default) raises on such a network.
+    relaxed : bool
+        The relaxed CGM site (NUTS moves it) or the exact one (:mod:`.gibbs` moves it).
+    coding : {"reference", "conditional"}
+        The parameters ``φ`` the prior sits on: the log-linear reference coding of
+        :mod:`.coding` (any network), or the log odds of the junction tree's conditionals of
+        :mod:`.conditional` (decomposable networks; ``θ`` is then normalised, ``A(θ) = 0``, and
+        given the tables the parameters' blocks are independent).
+    reference : mapping, "released" or None
+        The coding's reference level of each attribute (default level 0); ``"released"`` takes
+        each attribute's most frequent level in the release (:func:`released_reference`).
 
     Returns
     -------
@@ -445,4 +510,4 @@ triangulated`, layout :attr:`NoisyMarginalsModel.latent_network`, dims ``("laten
     return NoisyMarginalsModel(network, measurements, total_count, prior_scale=prior_scale,
                                theta=theta, relaxation=relaxation,
                                record_marginals=record_marginals, triangulate=triangulate,
-                               relaxed=relaxed)
+                               relaxed=relaxed, coding=coding, reference=reference)

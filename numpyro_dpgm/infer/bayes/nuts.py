@@ -32,6 +32,7 @@ from ..._deprecation import renamed_key
 from ...distributions.cgm import CollectiveGraphicalModel
 from ...distributions.relaxation import LEAK_TOLERANCE
 from .checks import convergence_figures, posterior_leak, warn_convergence, warn_relaxed_leak
+from .conditional import ConditionalCoding
 from .gibbs import exact_kernel
 from .initialization import _init_values, init_to_interior
 from .interweave import released_noise_share
@@ -76,7 +77,10 @@ def choose_path(
     path's data augmentation crawls (the share is its fraction of missing information); where
     it is small, ``y`` pins ``n`` far more tightly than ``θ`` does, and relaxed NUTS mixes
     poorly (on Adult's 97-cell model at ε = 1 and 250,000 records, share 0.024, every draw hit
-    the maximum tree depth and the worst R-hat was 1.90).
+    the maximum tree depth and the worst R-hat was 1.90). That is a weakness of the reference
+    coding: with the prior on the conditional coding (``coding="conditional"``) relaxed NUTS
+    mixed there (R-hat 1.03, bulk ESS 40, 0.53 per second against the exact path's 0.15), so
+    for such a model only the leak sends the run to the exact path.
     """
     if not isinstance(model, NoisyMarginalsModel):
         if exact:
@@ -94,6 +98,9 @@ def choose_path(
     if worst > LEAK_TOLERANCE:
         return "exact", f"{where}, above the {100 * LEAK_TOLERANCE:g}% tolerance"
     where = f"{where}, within the {100 * LEAK_TOLERANCE:g}% tolerance"
+    if isinstance(model.coding, ConditionalCoding):
+        return "relaxed", (f"{where}, and with the conditional coding relaxed NUTS mixes also "
+                           "where the release pins the counts")
     share = float(np.median(released_noise_share(model)))
     pins = (f"the noise's share of the median released count is {100 * share:.3g}% "
             f"({'below' if share < PINNED_SHARE else 'at least'} {100 * PINNED_SHARE:g}%")
