@@ -74,13 +74,13 @@ def build_model(name: str, seed: int) -> Any:
     if name == "demo":
         rel = demo_release(seed)
         return noisy_marginals_model(rel.network, rel.measurements, rel.total_count,
-                                     prior_scale=2.0)
+                                     prior_scale=2.0, coding="reference")
     adult = load_demo()
     attrs = ["race", "sex", "income>50K"]
     data = Dataset(adult.records[attrs], adult.domain.project(attrs))
     net = MarkovNetwork(data.domain, [("race", "sex"), ("sex", "income>50K")])
     ms = simulate_release(data, net, 0.1, jax.random.key(2024 + seed))
-    return noisy_marginals_model(net, ms, data.total)
+    return noisy_marginals_model(net, ms, data.total, coding="reference")
 
 
 def _scalars(samples: dict[str, Any], site: str) -> np.ndarray:

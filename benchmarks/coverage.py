@@ -245,7 +245,9 @@ def run_setting(pop: str, eps: float, args: argparse.Namespace,
         released = [_release(joint, n, eps, k[0], net.domain)[1] for k in keys]
         ys = np.stack([np.concatenate([m.values for m in ms]) for ms in released])
         if model is None:  # the model fixes N, the cliques and σ; each release enters as y
-            model = noisy_marginals_model(net, released[0], n, record_marginals=False)
+            # the reference coding: a prior that does not depend on the first release's values
+            model = noisy_marginals_model(net, released[0], n, record_marginals=False,
+                                          coding="reference")
         thetas, divs = nuts_batch(model, ys, keys[0][1], args.warmup, args.samples)
         thetas, divs = np.asarray(thetas), np.asarray(divs)
         t_nuts = (time.perf_counter() - t0) / len(keys)

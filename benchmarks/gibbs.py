@@ -170,7 +170,7 @@ def study_adult(args: argparse.Namespace) -> list[dict[str, Any]]:
                                           reference=args.reference or None)
             start = em_start(model)
             base = {"study": "adult", "model": name, "records": int(data.total), "eps": eps,
-                    "mechanism": args.mechanism, "coding": args.coding,
+                    "mechanism": args.mechanism, "coding": model.coding.name,
                     "reference": args.reference or "level 0",
                     "cells": net.num_params, "params": model.coding.dim}
             runs, first = {}, len(rows)
@@ -209,7 +209,7 @@ def study_coverage(args: argparse.Namespace) -> list[dict[str, Any]]:
         jax.random.key(args.seed + i))) for i, t in enumerate(theta)])
     y = counts + rng.laplace(0.0, b, size=counts.shape)
     model = noisy_marginals_model(net, [Measurement(("a",), y[0], Laplace(b))], total,
-                                  prior_scale=3.0)
+                                  prior_scale=3.0, coding="reference")  # θ's prior
     rows = []
     for exact in (True, False):
         fig, mcmc = run_path(model, exact, args, args.seed, y=y)
@@ -244,7 +244,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "ρ = ε²/2 zCDP that ε-DP implies")
     parser.add_argument("--records", type=int, default=250_000,
                         help="records drawn for the big- models")
-    parser.add_argument("--coding", choices=("reference", "conditional"), default="reference",
+    parser.add_argument("--coding", choices=("reference", "conditional", "auto"),
+                        default="reference",
                         help="the parameters the prior sits on (noisy_marginals_model's coding)")
     parser.add_argument("--reference", choices=("", "released"), default="",
                         help="reference levels: level 0 (empty) or the release's most frequent")

@@ -670,6 +670,7 @@ def test_nuts_says_its_path_and_shows_progress_when_not_a_terminal(tmp_path, mon
     assert re.search(r"worst R-hat \d\.\d{3}, smallest bulk ESS \d+", output)
     options = json.loads(post.read_text())["provenance"]["options"]
     assert options["path"] == path and options["max_depth_hits"] >= 0
+    assert options["coding"] == "conditional"  # the default on a decomposable network
     _fails(["fit", meas, "--method", "nuts", "--path", "both", "-o", tmp_path / "x.json"],
            "unknown --path 'both'", tmp_path / "x.json")
 
@@ -687,7 +688,7 @@ def test_nuts_with_the_conditional_coding(tmp_path):
     assert options["coding"] == "conditional" and options["draws"] == 20
     _fails(["fit", meas, "--method", "nuts", "--coding", "cpt", "-o", tmp_path / "x.json"],
            "unknown --coding 'cpt'", tmp_path / "x.json")
-    _fails(["fit", meas, "--coding", "conditional", "-o", tmp_path / "x.json"],
+    _fails(["fit", meas, "--coding", "reference", "-o", tmp_path / "x.json"],
            "--coding applies to --method nuts only", tmp_path / "x.json")
 
 

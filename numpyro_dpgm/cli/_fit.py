@@ -65,7 +65,8 @@ def fit(
              "odds against each attribute's level 0) or conditional (log odds of the junction "
              "tree's conditionals against each attribute's most frequent released level; "
              "decomposable networks; given the tables its blocks are independent, so NUTS needs "
-             "no deep trees there)")] = "reference",
+             "no deep trees there), or auto (conditional where the released cliques form a "
+             "decomposable network, else reference)")] = "auto",
     stop: Annotated[str | None, typer.Option(
         help="prox-pgm only: auto (default: risk where the path reaches the noise level "
              "within a third of the iterations, else optimum), optimum (the minimiser of the "
@@ -100,7 +101,7 @@ def fit(
             raise ValueError(f"unknown --path {path!r}; choose one of {list(NUTS_PATHS)}")
         if coding not in CODINGS:
             raise ValueError(f"unknown --coding {coding!r}; choose one of {list(CODINGS)}")
-        if coding != "reference" and method != "nuts":
+        if coding != "auto" and method != "nuts":
             raise ValueError(f"--coding applies to --method nuts only, not {method}")
         if stop is not None and method != "prox-pgm":
             raise ValueError(f"--stop applies to --method prox-pgm only, not {method}")
@@ -183,7 +184,7 @@ def _stop_status(result: Any) -> str:
 
 def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, chains: int,
               seed: int, path: str = "auto",
-              coding: str = "reference") -> tuple[Any, dict[str, Any]]:
+              coding: str = "auto") -> tuple[Any, dict[str, Any]]:
     """Posterior draws of the record model (:func:`numpyro_dpgm.infer.bayes.run_nuts`) as one
     batched MarkovRandomField, with the path that ran and the convergence figures the provenance
     keeps (``run_nuts`` warns, naming the remedy, where they fall short)."""
@@ -213,7 +214,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
     figures = mcmc.convergence
     divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
     options = {"draws": draws * chains, "warmup": draws, "chains": chains, "seed": seed,
-               "coding": coding, "path": mcmc.path, "path_reason": reason,
+               "coding": bayes.coding.name, "path": mcmc.path, "path_reason": reason,
                "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,
                "max_depth_hits": figures.max_depth_hits, "divergences": divergences}
     return posterior_models(mcmc, network), options

@@ -57,9 +57,11 @@ _MODELS: LRUCache = LRUCache(32)  # the last 32 releases' models (keyed by scale
 
 def _bayes_model(network: MarkovNetwork, measurements: Sequence[Measurement], total_count: int,
                  prior_scale: float) -> Any:
-    """The Bayesian model, one object per release structure (so compiled code is reused)."""
+    """The Bayesian model, one object per release structure (so compiled code is reused); the
+    prior sits on the reference coding at level 0, which does not depend on the released values
+    (the conditional coding's released reference levels would)."""
     model = noisy_marginals_model(network, measurements, total_count, prior_scale=prior_scale,
-                                  triangulate=True, record_marginals=False)
+                                  triangulate=True, record_marginals=False, coding="reference")
     key = (network, model.total_count, model.noise_family, tuple(model.noise_scales.tolist()),
            float(prior_scale),
            tuple((m.clique, None if m.query is None else np.asarray(m.query).tobytes())

@@ -82,7 +82,7 @@ def demo_convergence(
     """
     release = demo_release(seed)
     model = noisy_marginals_model(release.network, release.measurements, release.total_count,
-                                  prior_scale=2.0)
+                                  prior_scale=2.0, coding="reference")  # θ's prior's coding
     mcmc = run_nuts(model, jax.random.key(seed + 1), num_chains=num_chains,
                     num_warmup=num_warmup, num_samples=num_samples, chain_method=chain_method)
     tree = to_inference_data(mcmc, model, rng_key=jax.random.key(seed + 2))

@@ -60,6 +60,9 @@ class ReferenceCoding:
         ``"a=1,b=2"`` for ``λ_{(a,b)}(1, 2)``.
     """
 
+    #: The ``coding`` of :func:`~.model.noisy_marginals_model` that builds it.
+    name = "reference"
+
     def __init__(self, network: MarkovNetwork, reference: Mapping[str, int] | None = None):
         if not isinstance(network, MarkovNetwork):
             raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")

@@ -81,6 +81,9 @@ class ConditionalCoding:
     [0.378, 0.5, 0.622, 0.5]
     """
 
+    #: The ``coding`` of :func:`~.model.noisy_marginals_model` that builds it.
+    name = "conditional"
+
     def __init__(self, network: MarkovNetwork, reference: Mapping[str, int] | None = None):
         if not isinstance(network, MarkovNetwork):
             raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
