@@ -47,6 +47,16 @@ which leaves the joint posterior of ``(φ, n)`` invariant. A move that would swi
 is symmetric). Each move costs one junction-tree calibration and ``O(N)`` to pick the
 switching records (one look-up of each record's cell of the event's table, kept up to date
 between moves).
+
+Under the conditional coding (:mod:`.conditional`) the parameters are the log odds of the
+junction tree's conditionals, and the argument needs the map from ``θ``'s move to ``φ``'s to be
+linear. It is for a move that keeps every conditional normalised: an event within one block's
+context (a separator cell ``x_S = s``, or the root clique's table), where ``φ``'s change is
+:meth:`~.conditional.ConditionalCoding.tangent`. So :func:`events` offers those moves only: each
+cell of a junction-tree clique within its separator cell, and within the value of one residual
+attribute more where the residual has two or more. Directions such as one attribute's margin
+across a separator's values have no such move, which is why the exact path mixes more slowly
+under this coding (the how-to on the CGM has the figures).
 """
 
 from __future__ import annotations
