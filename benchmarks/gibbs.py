@@ -171,7 +171,9 @@ def study_adult(args: argparse.Namespace) -> list[dict[str, Any]]:
             start = em_start(model)
             base = {"study": "adult", "model": name, "records": int(data.total), "eps": eps,
                     "mechanism": args.mechanism, "coding": model.coding.name,
-                    "reference": args.reference or "level 0",
+                    "reference": args.reference or ("released" if args.coding == "auto"
+                                                    and model.coding.name == "conditional"
+                                                    else "level 0"),
                     "cells": net.num_params, "params": model.coding.dim}
             runs, first = {}, len(rows)
             paths = ([(True, k) for k in args.interweave] * ("exact" in args.paths)
