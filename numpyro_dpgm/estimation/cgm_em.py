@@ -75,12 +75,14 @@ class CGMEMWarning(UserWarning):
 
 class _Run(NamedTuple):
     """What either EM loop hands to :func:`_result`: the last ``θ`` and E-step counts, the
-    per-E-step records (numpy arrays) and the stop reason (an entry of ``STOP_REASONS``)."""
+    per-E-step records (numpy arrays), the stop reason (an entry of ``STOP_REASONS``) and the
+    damping's halvings."""
 
     theta: Array
     n_hat: Array
     records: EMRecord
     stop: str
+    halvings: int = 0
 
 
 def _fused_loop(network: MarkovNetwork, evidence: MeasurementEvidence, data: Any,
@@ -90,18 +92,18 @@ def _fused_loop(network: MarkovNetwork, evidence: MeasurementEvidence, data: Any
     ``max_iters ≤ BLOCK``; with a callback, one call per iteration (the same program)."""
     chunks = []
     while True:
-        k = int(carry.steps)
-        limit = max_iters if callback is None else k + 1
+        k, moves = int(carry.steps), int(carry.moves)
+        limit = max_iters if callback is None else moves + 1
         carry, recs = em_block(network, evidence, schedule, data, total, carry,
                                jnp.asarray(limit, jnp.int32), *opts)
         done, stop = int(carry.steps), int(carry.stop)
         chunks.append(jax.tree.map(lambda a, new=done - k: np.asarray(a[:new]), recs))
-        if callback is not None and done > k and (stop < 2 or bool(chunks[-1].moved[-1])):
-            callback(done, float(chunks[-1].loss[-1]))
-        if stop or done >= max_iters:
+        if callback is not None and int(carry.moves) > moves:
+            callback(int(carry.moves), float(chunks[-1].loss[-1]))
+        if stop or int(carry.moves) >= max_iters:
             break
     records = EMRecord(*(np.concatenate(parts) for parts in zip(*chunks, strict=True)))
-    return _Run(carry.theta, carry.n_hat, records, STOP_REASONS[stop])
+    return _Run(carry.theta, carry.n_hat, records, STOP_REASONS[stop], int(carry.halvings))
 
 
 def _host_loop(network: MarkovNetwork, evidence: MeasurementEvidence, data: Any, carry: Any,
@@ -153,20 +155,21 @@ def _warn_estep(run: _Run, iterations: int, inner_iters: int) -> None:
              CGMEMWarning)
     if run.stop == "stalled" and iterations == 0:
         warn(f"cgm_em: the first E-step found nothing better than its start within "
-             f"inner_iters={inner_iters}, so the fit is its start (0 iterations, "
-             "converged=False). Raise inner_iters, or lower damping for stiff Gaussian "
-             "evidence.", CGMEMWarning)
+             f"inner_iters={inner_iters}, even with its damping halved {run.halvings} times, "
+             "so the fit is its start (0 iterations, converged=False). Raise inner_iters or "
+             "max_halvings, or pass a smaller damping for stiff Gaussian evidence.",
+             CGMEMWarning)
 
 
 def _result(run: _Run, start: Any, loss0: float, inner_iters: int, extras: dict,
             network: MarkovNetwork, began: float) -> Result:
     """The Result of a run: honest iteration count, the start kept if EM ended worse."""
     recs = run.records
-    steps = len(recs.loss)
-    # an E-step that stalled or failed at its start did not move θ: not an iteration
-    iterations = steps - int(steps > 0 and run.stop in ("stalled", "failed")
-                             and not bool(recs.moved[-1]))
-    losses = np.concatenate([[float(loss0)], recs.loss[:iterations]])
+    # an E-step that did not move θ (a retry, or one that stalled or failed at its start) is
+    # not an iteration
+    moved = recs.moved.astype(bool)
+    iterations = int(np.sum(moved))
+    losses = np.concatenate([[float(loss0)], recs.loss[moved]])
     _warn_estep(run, iterations, inner_iters)
     theta, n_hat = run.theta, run.n_hat
     converged = run.stop == "converged" and int(np.sum(recs.nonfinite)) == 0
@@ -184,6 +187,8 @@ def _result(run: _Run, start: Any, loss0: float, inner_iters: int, extras: dict,
             "estep_objective": recs.objective,
             "estep_converged": recs.estep_converged.astype(bool),
             "estep_nonfinite": recs.nonfinite.astype(int),
+            "estep_moved": moved,
+            "damping_halvings": run.halvings,
             "marginal_change": recs.change,
             "stop_reason": run.stop,
             "kept_start": kept_start,
@@ -213,6 +218,7 @@ def cgm_em(
     naive_l2: float | None = None,
     init_l2_scale: float = 4.0,
     smoothing: float = 0.0,
+    max_halvings: int = 20,
 ) -> Result:
     """Learn an MRF from noisy clique tables by EM on the collective graphical model.
 
@@ -248,6 +254,13 @@ def cgm_em(
         NLBP iterations per E-step (warm-started at ``θ_t``).
     space : {"natural", "counts"}
         NLBP form (see :mod:`numpyro_dpgm.inference.nlbp`).
+    damping : float or callable ``t -> α_t``, optional
+        NLBP's damping (default ``1/(1+t)`` in natural space).
+    max_halvings : int
+        With the natural M-step: an E-step that finds nothing better than its start (stiff
+        evidence, e.g. Laplace noise of a few counts at ε = 10) is retried with the damping
+        halved, at most this many times in a run; the halved damping is kept for the later
+        E-steps (:mod:`~numpyro_dpgm.estimation.em_program`). 0 stops EM at such an E-step.
     m_step_method : str, optional
         ``None`` uses the free natural-space M-step when ``space="natural"``, else
         :func:`~numpyro_dpgm.infer.mstep.m_step`'s ``"auto"``.
@@ -266,10 +279,11 @@ def cgm_em(
         ``loss_trace``: the measurements' negative log-likelihood at the model's expected
         counts, ``L(N·μ(θ_t))`` for ``t = 0..iterations``
         (:func:`~numpyro_dpgm.estimation.losses.measurement_nll`). ``iterations`` counts the
-        E-steps that moved ``θ`` (an E-step that stalled or failed at its start does not).
-        ``extras``: ``n_hat`` (final E-step counts), per E-step run ``estep_objective`` (F),
-        ``estep_converged``, ``estep_nonfinite`` (NLBP iterates rejected as non-finite) and
-        ``marginal_change``; ``stop_reason`` (``"iteration limit"``, ``"converged"``,
+        E-steps that moved ``θ`` (a retry, or an E-step that stalled or failed at its start,
+        does not). ``extras``: ``n_hat`` (final E-step counts), per E-step run
+        ``estep_objective`` (F), ``estep_converged``, ``estep_nonfinite`` (NLBP iterates
+        rejected as non-finite), ``estep_moved`` (false for a retry) and ``marginal_change``;
+        ``damping_halvings``; ``stop_reason`` (``"iteration limit"``, ``"converged"``,
         ``"stalled"`` or ``"failed"``); ``kept_start`` and ``safeguard`` (``True`` and the
         reason when EM ended with a larger loss than its start, which is then returned);
         ``init`` (how θ₀ was chosen), ``space``, ``m_step``, ``total_count``,
@@ -289,6 +303,8 @@ def cgm_em(
     max_em_iters = check_max_iters(max_iters)
     if inner_iters < 1:
         raise ValueError(f"inner_iters must be >= 1, got {inner_iters}")
+    if not 0 <= int(max_halvings) == max_halvings:
+        raise ValueError(f"max_halvings must be a non-negative integer, got {max_halvings}")
     warn_if_float32("cgm_em")
     if m_step_method is None:
         m_step_method = "natural" if space == "natural" else "auto"
@@ -313,7 +329,8 @@ def cgm_em(
 
     if m_step_method == "natural":
         opts = tuple(jnp.asarray(v, t) for v, t in ((tol, dtype), (inner_iters, jnp.int32),
-                                                   (inner_tol, dtype), (smoothing, dtype)))
+                                                   (inner_tol, dtype), (smoothing, dtype),
+                                                   (max_halvings, jnp.int32)))
         run = _fused_loop(network, evidence, data, start, total_arr, schedule, max_em_iters,
                           opts, callback)
     else:

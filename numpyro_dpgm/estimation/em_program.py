@@ -11,10 +11,17 @@ fixed length): a run of ``max_iters ≤ BLOCK`` iterations is one call; longer r
 program again with its carry. :func:`em_theta` is the whole loop for a known iteration count,
 ``vmap``-able over batches of releases.
 
+An E-step that finds nothing better than its start (stiff evidence: a small Laplace scale or
+Gaussian σ against ``N``, where the first full NLBP step overshoots) is retried from the same
+``θ_t`` with the damping schedule halved, ``α_t ← α_t / 2``, up to ``max_halvings`` times in a
+run; the halved schedule is kept for the later E-steps. A retry is an E-step run (it has a
+record, with ``moved`` false) but not an EM iteration: the iteration limit counts the E-steps
+that moved ``θ``.
+
 Stopping (``stop`` codes, :data:`STOP_REASONS`): ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``
-with the E-step converged (a fixed point, 1) or not (the E-step stalled at its start, 2); an
-E-step whose iterates were all non-finite, so that it returned its start (3); else the
-iteration limit (0).
+with the E-step converged (a fixed point, 1) or not (the E-step stalled, 2); an E-step that
+stalled at its start with no halving left (2); an E-step whose iterates were all non-finite,
+so that it returned its start (3); else the iteration limit (0).
 """
 
 from __future__ import annotations
@@ -75,12 +82,15 @@ def gauge_fix(network: MarkovNetwork, theta: Array) -> Array:
 
 
 class EMCarry(NamedTuple):
-    """The loop state of :func:`em_block`: ``θ_t``, the last E-step's counts, ``t`` (E-steps
-    run) and the stop code (0 while running)."""
+    """The loop state of :func:`em_block`: ``θ_t``, the last E-step's counts, the E-steps run
+    (retries included), the EM iterations (E-steps that moved ``θ``), the damping's halvings
+    so far and the stop code (0 while running)."""
 
     theta: Array
     n_hat: Array
     steps: Array
+    moves: Array
+    halvings: Array
     stop: Array
 
 
@@ -100,9 +110,10 @@ class EMRecord(NamedTuple):
 class EMState(NamedTuple):
     """Output of :func:`em_theta` (arrays only, so batches of runs stack along a leading axis).
 
-    ``objectives``, ``changes``, ``estep_converged``, ``losses`` and ``nonfinite`` have length
-    ``max_em_iters``; entries past ``iterations`` (E-steps run) are ``nan`` / ``False`` / 0.
-    ``stop`` is a code of :data:`STOP_REASONS`.
+    ``objectives``, ``changes``, ``estep_converged``, ``losses``, ``nonfinite`` and ``moved``
+    are per E-step run and have length ``max_em_iters + max_halvings``; entries past ``steps``
+    are ``nan`` / ``False`` / 0. ``iterations`` counts the E-steps that moved ``θ``,
+    ``halvings`` those of the damping and ``stop`` is a code of :data:`STOP_REASONS`.
     """
 
     theta: Array
@@ -115,6 +126,9 @@ class EMState(NamedTuple):
     losses: Array
     nonfinite: Array
     stop: Array
+    moved: Array
+    steps: Array
+    halvings: Array
 
 
 def _max_clique_l1(network: MarkovNetwork, a: Array, b: Array) -> Array:
@@ -124,21 +138,31 @@ def _max_clique_l1(network: MarkovNetwork, a: Array, b: Array) -> Array:
 
 def _em_step(network: MarkovNetwork, evidence: MeasurementEvidence, schedule: Callable,
              data: Any, total: Array, carry: EMCarry, opts: tuple) -> tuple[EMCarry, EMRecord]:
-    """One EM iteration: NLBP E-step warm-started at ``θ_t``, free M-step ``θ_{t+1} = η̂``."""
-    tol, inner_iters, inner_tol, smoothing = opts
+    """One E-step warm-started at ``θ_t`` with the damping ``2^-h·α_t`` (``h`` halvings so
+    far); then the free M-step ``θ_{t+1} = η̂``, or, where nothing beat the start and a halving
+    is left, a retry."""
+    tol, inner_iters, inner_tol, smoothing, max_halvings = opts
     r = nlbp_loop(network, carry.theta, total, evidence, (data, smoothing), space="natural",
-                  schedule=schedule, max_iters=inner_iters, tol=inner_tol, eta0=carry.theta)
+                  schedule=lambda t: schedule(t) * 0.5 ** carry.halvings, max_iters=inner_iters,
+                  tol=inner_tol, eta0=carry.theta)
     moved = jnp.any(r.eta != carry.theta)
     theta = jnp.where(moved, gauge_fix(network, r.eta), carry.theta)
     change = _max_clique_l1(network, r.n / total, carry.n_hat / total)
     # an EM fixed point needs the last E-step to have converged too: an E-step that found
     # nothing better than its start within its iterations returns that start
     failed = ~moved & (r.rejected > 0) & (r.rejected >= r.iterations)  # no finite iterate
+    retry = ~moved & ~failed & ~r.converged & (carry.halvings < max_halvings)
+    # an E-step that returns its start, not retried, ends EM: a fixed point if it converged
+    still = ~moved | (change < tol)
     stop = jnp.where(failed, _FAILED,
-                     jnp.where(change < tol, jnp.where(r.converged, _CONVERGED, _STALLED), 0))
+                     jnp.where(retry, 0,
+                               jnp.where(still, jnp.where(r.converged, _CONVERGED, _STALLED),
+                                         0)))
     loss = -evidence(r.n, data, jnp.zeros((), total.dtype))
     record = EMRecord(r.objective, change, r.converged, loss, r.rejected, moved)
-    return EMCarry(theta, r.n, carry.steps + 1, stop.astype(carry.stop.dtype)), record
+    return EMCarry(theta, r.n, carry.steps + 1, carry.moves + moved.astype(carry.moves.dtype),
+                   carry.halvings + retry.astype(carry.halvings.dtype),
+                   stop.astype(carry.stop.dtype)), record
 
 
 def _empty_records(length: int, dtype: Any) -> EMRecord:
@@ -151,7 +175,7 @@ def _run(network, evidence, schedule, data, total, carry, limit, opts, first, le
     """EM iterations ``first..`` until the limit, a stop, or ``length`` records are written."""
     def cond(s: tuple[EMCarry, EMRecord]) -> Array:
         c = s[0]
-        return (c.steps < limit) & (c.stop == 0) & (c.steps < first + length)
+        return (c.moves < limit) & (c.stop == 0) & (c.steps < first + length)
 
     def body(s: tuple[EMCarry, EMRecord]) -> tuple[EMCarry, EMRecord]:
         c, recs = s
@@ -167,7 +191,8 @@ def _start(network: MarkovNetwork, evidence: MeasurementEvidence, theta0: Array,
     theta0 = gauge_fix(network, theta0)
     n0 = total * network.flatten(jt.marginals(network, theta0))
     loss0 = -evidence(n0, data, jnp.zeros((), total.dtype))
-    return EMCarry(theta0, n0, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32)), loss0
+    zero = jnp.asarray(0, jnp.int32)
+    return EMCarry(theta0, n0, zero, zero, zero, zero), loss0
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -180,14 +205,15 @@ def em_start_state(network: MarkovNetwork, evidence: MeasurementEvidence, theta0
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def em_block(network: MarkovNetwork, evidence: MeasurementEvidence, schedule: Callable,
              data: Any, total: Array, carry: EMCarry, limit: Array, tol: Array,
-             inner_iters: Array, inner_tol: Array, smoothing: Array) -> tuple[EMCarry, EMRecord]:
-    """Up to :data:`BLOCK` EM iterations from ``carry``, until ``carry.steps == limit`` or a stop.
+             inner_iters: Array, inner_tol: Array, smoothing: Array,
+             max_halvings: Array) -> tuple[EMCarry, EMRecord]:
+    """Up to :data:`BLOCK` E-steps from ``carry``, until ``carry.moves == limit`` or a stop.
 
     Every argument but the network, the evidence's structure and the damping schedule is
-    traced. The records hold the iterations ``carry.steps ..`` of the input carry in order
+    traced. The records hold the E-steps ``carry.steps ..`` of the input carry in order
     (``nan`` / ``False`` / 0 past the last one run).
     """
-    opts = (tol, inner_iters, inner_tol, smoothing)
+    opts = (tol, inner_iters, inner_tol, smoothing, max_halvings)
     return _run(network, evidence, schedule, data, total, carry, limit, opts, carry.steps, BLOCK)
 
 
@@ -204,24 +230,28 @@ def em_theta(
     inner_tol: float = 1e-8,
     smoothing: Array = 0.0,
     damping: Any = None,
+    max_halvings: int = 20,
 ) -> EMState:
     """Pure core of :func:`~numpyro_dpgm.estimation.cgm_em.cgm_em` with the natural-space
     E-step and its free M-step.
 
     Seed 002, Algorithm 2 inside one ``lax.while_loop``: ``θ_{t+1} = gauge_fix(η̂_t)`` with
     ``η̂_t`` from NLBP warm-started at ``θ_t``; stops after ``max_em_iters`` iterations or when
-    ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``. No validation and no host transfers: ``jit``-
-    and ``vmap``-able over ``data`` (the noisy tables of a batch of releases), ``theta0`` and
-    ``total``. ``damping`` is a schedule ``t -> α_t`` (``None``: NLBP's natural-space default).
+    ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``; a stalled E-step is retried with half the
+    damping up to ``max_halvings`` times (module docstring). No validation and no host
+    transfers: ``jit``- and ``vmap``-able over ``data`` (the noisy tables of a batch of
+    releases), ``theta0`` and ``total``. ``damping`` is a schedule ``t -> α_t`` (``None``:
+    NLBP's natural-space default).
     """
     theta0 = jnp.asarray(theta0)
     dtype = theta0.dtype
     total = jnp.asarray(total, dtype)
-    cap = max(int(max_em_iters), 1)
+    cap = max(int(max_em_iters), 1) + int(max_halvings)
     carry, _ = _start(network, evidence, theta0, data, total)
     opts = (jnp.asarray(tol, dtype), inner_iters, jnp.asarray(inner_tol, dtype),
-            jnp.asarray(smoothing, dtype))
+            jnp.asarray(smoothing, dtype), max_halvings)
     carry, recs = _run(network, evidence, resolve_damping("natural", damping), data, total,
                        carry, max_em_iters, opts, 0, cap)
     return EMState(carry.theta, carry.n_hat, recs.objective, recs.change, recs.estep_converged,
-                   carry.steps, carry.stop == _CONVERGED, recs.loss, recs.nonfinite, carry.stop)
+                   carry.moves, carry.stop == _CONVERGED, recs.loss, recs.nonfinite, carry.stop,
+                   recs.moved, carry.steps, carry.halvings)

@@ -39,10 +39,12 @@ def test_refit_of_a_known_structure_does_not_recompile() -> None:
         cgm_em(other, CHAIN, max_iters=200, init=fit.model, smoothing=0.1)
         cgm_em(other, CHAIN, total_count=350.0, max_iters=3, init="zeros")
         seen = []
-        cgm_em(other, CHAIN, total_count=350.0, max_iters=4, tol=0.0,
-               callback=lambda t, loss: seen.append((t, loss)))
+        res = cgm_em(other, CHAIN, total_count=350.0, max_iters=4, tol=0.0,
+                     max_halvings=3, callback=lambda t, loss: seen.append((t, loss)))
     assert cache_sizes() == sizes
-    assert [t for t, _ in seen] == [1, 2, 3, 4]
+    # one call per iteration (an E-step that moved θ), with that iteration's loss
+    assert [t for t, _ in seen] == list(range(1, res.iterations + 1))
+    np.testing.assert_array_equal([loss for _, loss in seen], res.loss_trace[1:])
 
 
 def test_a_long_run_crosses_blocks_with_the_same_answer() -> None:
@@ -52,11 +54,12 @@ def test_a_long_run_crosses_blocks_with_the_same_answer() -> None:
     steps = ep.BLOCK + 6
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CGMEMWarning)
-        res = cgm_em(meas, CHAIN, total_count=N, max_iters=steps, inner_iters=5, tol=0.0,
-                     init="zeros")
+        # small steps, so that every one of the E-steps moves θ (measured: 70 of 70)
+        res = cgm_em(meas, CHAIN, total_count=N, max_iters=steps, inner_iters=2, damping=0.02,
+                     tol=0.0, init="zeros")
         seen = []
-        cb = cgm_em(meas, CHAIN, total_count=N, max_iters=steps, inner_iters=5, tol=0.0,
-                    init="zeros", callback=lambda t, loss: seen.append(loss))
+        cb = cgm_em(meas, CHAIN, total_count=N, max_iters=steps, inner_iters=2, damping=0.02,
+                    tol=0.0, init="zeros", callback=lambda t, loss: seen.append(loss))
     assert res.iterations == steps and len(res.loss_trace) == steps + 1
     assert res.extras["stop_reason"] == "iteration limit" and not res.converged
     np.testing.assert_array_equal(cb.loss_trace, res.loss_trace)
@@ -76,7 +79,7 @@ def test_an_estep_with_only_non_finite_iterates_is_not_a_fit() -> None:
         res = cgm_em(meas, CHAIN, total_count=120.0, init="zeros")
     assert not res.converged and res.iterations == 0
     assert res.extras["stop_reason"] == "failed"
-    np.testing.assert_array_equal(res.extras["estep_nonfinite"], [50])
+    np.testing.assert_array_equal(res.extras["estep_nonfinite"], [50])  # inner_iters
     assert len(res.loss_trace) == 1
     np.testing.assert_array_equal(res.model.theta, np.zeros(CHAIN.num_params))
 

@@ -60,8 +60,9 @@ def test_exact_sampler_matches_enumeration() -> None:
 
 
 def test_batched_estimators_and_kl_match_the_public_ones() -> None:
-    # the vmapped cores of the grid against naive_mle / cgm_em and metrics.kl_divergence, on a
-    # small loopy model (a 4-cycle with a chord) so that compiling stays cheap
+    # the vmapped cores of the grid against naive_mle / cgm_em (at the study's settings) and
+    # metrics.kl_divergence, on a small loopy model (a 4-cycle with a chord) so that compiling
+    # stays cheap
     net = MarkovNetwork({"a": 3, "b": 3, "c": 3, "d": 3},
                         [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d"), ("b", "d")])
     truth = models.Truth(net, b17.dirichlet_theta(net, np.random.default_rng(3)))
@@ -82,7 +83,8 @@ def test_batched_estimators_and_kl_match_the_public_ones() -> None:
         assert float(kl_divergence(truth.model, ref.model)) == pytest.approx(float(k), rel=1e-6)
         assert float(kl_divergence(truth.model, MarkovRandomField(net, t))) == pytest.approx(
             float(k), rel=1e-9)
-        em = cgm_em(meas, net, total_count=2000)
+        em = cgm_em(meas, net, total_count=2000, inner_iters=fits.EM_INNER,
+                    max_halvings=fits.EM_HALVINGS)
         np.testing.assert_allclose(np.asarray(t_em), np.asarray(em.theta), atol=1e-6)
 
 

@@ -12,8 +12,9 @@ the ε values of the grid (the noise draws are not). Methods:
 * ``naive``: :func:`~numpyro_dpgm.estimation.naive.naive_mle`'s computation with its default
   ``λ = max(b/N, 10⁻⁴)``, the 25 trials of a cell as one ``jax.vmap``-ed program on an
   accelerator, a loop of the compiled single-trial program on CPU (:func:`resolve_batch`);
-* ``cgm_em``: :func:`~numpyro_dpgm.estimation.cgm_em.cgm_em`'s computation at its defaults
-  (naive start with ``4b/N``, 10 EM iterations of 50 natural-space NLBP steps), batched too;
+* ``cgm_em``: :func:`~numpyro_dpgm.estimation.cgm_em.cgm_em`'s computation
+  at the recorded run's settings (naive start with ``4b/N``, 10 EM iterations of 50
+  natural-space NLBP steps, no damping halvings: ``fits.EM_*``), batched too;
 * ``psgd``: :func:`~numpyro_dpgm.estimation.psgd.psgd` on the population's records, ``(ε, 1/N)``;
   ε values it cannot reach are recorded as ``unreachable``;
 * ``nonprivate``: the MLE of the exact counts (``λ = 10⁻⁴``), one per population;
