@@ -516,6 +516,15 @@ def test_em_refuses_observations_that_would_give_a_quiet_answer(bad: Any, messag
         _em_run(jnp.asarray(bad))
 
 
+@pytest.mark.parametrize("halvings", [-1, 2.5])
+def test_em_refuses_a_negative_or_fractional_number_of_halvings(halvings: Any) -> None:
+    from numpyro_dpgm.infer import EM
+
+    with pytest.raises(ValueError, match=f"max_halvings must be a non-negative integer, got "
+                                         f"{halvings}"):
+        EM(_em_model, latent="n", max_halvings=halvings)
+
+
 def test_em_accepts_a_pandas_series_as_the_observation() -> None:
     y = np.full(12, 8.0) + np.arange(12)
     from_series = _em_run(pd.Series(y))  # before: a JAX tracer error

@@ -98,8 +98,10 @@ def _fused_loop(network: MarkovNetwork, evidence: MeasurementEvidence, data: Any
                                jnp.asarray(limit, jnp.int32), *opts)
         done, stop = int(carry.steps), int(carry.stop)
         chunks.append(jax.tree.map(lambda a, new=done - k: np.asarray(a[:new]), recs))
-        if callback is not None and int(carry.moves) > moves:
-            callback(int(carry.moves), float(chunks[-1].loss[-1]))
+        # an E-step that returned its converged start confirms a fixed point: an iteration too
+        fixed = stop == 1 and done > k and not bool(chunks[-1].moved[-1])
+        if callback is not None and (int(carry.moves) > moves or fixed):
+            callback(int(carry.moves) + int(fixed), float(chunks[-1].loss[-1]))
         if stop or int(carry.moves) >= max_iters:
             break
     records = EMRecord(*(np.concatenate(parts) for parts in zip(*chunks, strict=True)))
@@ -166,10 +168,13 @@ def _result(run: _Run, start: Any, loss0: float, inner_iters: int, extras: dict,
     """The Result of a run: honest iteration count, the start kept if EM ended worse."""
     recs = run.records
     # an E-step that did not move θ (a retry, or one that stalled or failed at its start) is
-    # not an iteration
+    # not an iteration, unless it was the last and confirmed a fixed point
     moved = recs.moved.astype(bool)
-    iterations = int(np.sum(moved))
-    losses = np.concatenate([[float(loss0)], recs.loss[moved]])
+    counted = moved.copy()
+    if run.stop == "converged" and len(counted) and not counted[-1]:
+        counted[-1] = True
+    iterations = int(np.sum(counted))
+    losses = np.concatenate([[float(loss0)], recs.loss[counted]])
     _warn_estep(run, iterations, inner_iters)
     theta, n_hat = run.theta, run.n_hat
     converged = run.stop == "converged" and int(np.sum(recs.nonfinite)) == 0
@@ -279,15 +284,15 @@ def cgm_em(
         ``loss_trace``: the measurements' negative log-likelihood at the model's expected
         counts, ``L(N·μ(θ_t))`` for ``t = 0..iterations``
         (:func:`~numpyro_dpgm.estimation.losses.measurement_nll`). ``iterations`` counts the
-        E-steps that moved ``θ`` (a retry, or an E-step that stalled or failed at its start,
-        does not). ``extras``: ``n_hat`` (final E-step counts), per E-step run
-        ``estep_objective`` (F), ``estep_converged``, ``estep_nonfinite`` (NLBP iterates
-        rejected as non-finite), ``estep_moved`` (false for a retry) and ``marginal_change``;
-        ``damping_halvings``; ``stop_reason`` (``"iteration limit"``, ``"converged"``,
-        ``"stalled"`` or ``"failed"``); ``kept_start`` and ``safeguard`` (``True`` and the
-        reason when EM ended with a larger loss than its start, which is then returned);
-        ``init`` (how θ₀ was chosen), ``space``, ``m_step``, ``total_count``,
-        ``total_count_estimated``.
+        E-steps that moved ``θ`` and a last one that confirmed a fixed point (a retry, or an
+        E-step that stalled or failed at its start, does not). ``extras``: ``n_hat`` (final
+        E-step counts), per E-step run ``estep_objective`` (F), ``estep_converged``,
+        ``estep_nonfinite`` (NLBP iterates rejected as non-finite), ``estep_moved`` (false for
+        a retry) and ``marginal_change``; ``damping_halvings``; ``stop_reason``
+        (``"iteration limit"``, ``"converged"``, ``"stalled"`` or ``"failed"``); ``kept_start``
+        and ``safeguard`` (``True`` and the reason when EM ended with a larger loss than its
+        start, which is then returned); ``init`` (how θ₀ was chosen), ``space``, ``m_step``,
+        ``total_count``, ``total_count_estimated``.
 
     Warns
     -----

@@ -18,6 +18,7 @@ from .._cache import LRUCache
 from ..distributions.cgm import CollectiveGraphicalModel
 from ..distributions.mrf import MarkovRandomField
 from ..inference import junction_tree as jt
+from ..inference.nlbp import ScaledDamping, resolve_damping
 from .estep import estep_engine
 from .handlers import _join, nlbp, split_static
 from .mstep import m_step
@@ -48,6 +49,8 @@ class EMResult(NamedTuple):
     estep_objective : list of float
         NLBP's ``F(n̂)`` per iteration.
     elapsed : float
+    damping_halvings : int
+        How often a stalled E-step was retried with half the damping.
     """
 
     params: dict
@@ -58,6 +61,7 @@ class EMResult(NamedTuple):
     marginal_change: list
     estep_objective: list
     elapsed: float
+    damping_halvings: int = 0
 
 
 class EM:
@@ -95,6 +99,10 @@ class EM:
         counts as converged only if that last E-step converged as well.
     space, damping, smoothing :
         NLBP options.
+    max_halvings : int
+        With the NLBP E-step in natural space and the free M-step: an E-step that finds nothing
+        better than its start is retried with the damping halved, at most this many times in a
+        run, and the halved damping is kept (as in :func:`~numpyro_dpgm.estimation.cgm_em`).
     lbfgs_iters : int
         Iterations of the general M-step.
     m_step_prox : float
@@ -143,6 +151,7 @@ class EM:
         m_step_prox: float = 1e-6,
         estep: str = "nlbp",
         estep_options: dict | None = None,
+        max_halvings: int = 20,
     ):
         if max_iters < 1 or inner_iters < 1:
             raise ValueError("max_iters and inner_iters must be at least 1")
@@ -162,6 +171,9 @@ class EM:
         self.m_step_prox = float(m_step_prox)
         self.nlbp_options = dict(space=space, damping=damping, max_iters=inner_iters,
                                  smoothing=smoothing)
+        if not 0 <= int(max_halvings) == max_halvings:
+            raise ValueError(f"max_halvings must be a non-negative integer, got {max_halvings}")
+        self.max_halvings = int(max_halvings)
 
     # -- E-step ----------------------------------------------------------------------------------
     def _feasible_trace(self, key: Any, params: dict, args: tuple, kwargs: dict) -> Any:
@@ -202,10 +214,11 @@ class EM:
                     f"at index {tuple(int(i) for i in bad[0])}; drop or re-release those "
                     "entries before fitting")
 
-    def _e_step(self, key: Any, params: dict, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    def _e_step(self, key: Any, params: dict, args: tuple, kwargs: dict,
+                options: dict | None = None) -> tuple[Any, Any]:
         if self.estep != "nlbp":
             return self._mean_e_step(key, params, args, kwargs)
-        handler = nlbp(self.model, latent=self.latent, **self.nlbp_options)
+        handler = nlbp(self.model, latent=self.latent, **(options or self.nlbp_options))
         wrapped = handlers.substitute(handlers.seed(handler, key), data=params)
         tr = handlers.trace(wrapped).get_trace(*args, **kwargs)
         if self.latent not in tr:
@@ -328,15 +341,24 @@ class EM:
         mu_prev = fn.network.flatten(jt.marginals(fn.network, fn.theta))
         natural = self.nlbp_options["space"] == "natural"
         general_m_step = None
+        options, halvings = dict(self.nlbp_options), 0
+        schedule = resolve_damping(options["space"], options["damping"])
         for it in range(self.max_iters):
             if it > 0:
                 if self.estep != "nlbp":  # fresh draws for the sampling E-steps
                     rng_key = jax.random.split(rng_key)[0]
-                tr, res = self._e_step(rng_key, params, args, kwargs)
+                tr, res = self._e_step(rng_key, params, args, kwargs, options)
+            theta_name = self._theta_param(tr)
+            free = self.estep == "nlbp" and natural and theta_name is not None
+            while (free and halvings < self.max_halvings and not bool(res.converged)
+                   and bool(jnp.all(res.eta == tr[self.latent]["fn"].theta))):
+                # nothing beat the start: retry with half the damping, and keep it
+                halvings += 1
+                options["damping"] = ScaledDamping(schedule, 0.5 ** halvings)
+                tr, res = self._e_step(rng_key, params, args, kwargs, options)
             objectives.append(float(res.objective))
             n_hat = tr[self.latent]["value"]
-            theta_name = self._theta_param(tr)
-            if self.estep == "nlbp" and natural and theta_name is not None:
+            if free:
                 params = dict(params, **{theta_name: res.eta})
             elif self.estep != "nlbp" and theta_name is not None:
                 params = dict(params, **{theta_name: m_step(fn.network, n_hat,
@@ -361,7 +383,7 @@ class EM:
                 break
         cgm = self._cgm(params, n_hat, args, kwargs, rng_key)
         return EMResult(params, n_hat, MarkovRandomField(cgm.network, cgm.theta), len(changes),
-                        converged, changes, objectives, time.perf_counter() - start)
+                        converged, changes, objectives, time.perf_counter() - start, halvings)
 
     def _cgm(self, params: dict, n: Any, args: tuple, kwargs: dict,
              key: Any) -> CollectiveGraphicalModel:

@@ -42,7 +42,7 @@ from ..network import MarkovNetwork
 from . import junction_tree as jt
 
 __all__ = ["NLBPResult", "nlbp_map", "nlbp_loop", "default_damping", "resolve_damping",
-           "ConstantDamping"]
+           "ConstantDamping", "ScaledDamping"]
 
 Array = Any
 
@@ -93,6 +93,17 @@ class ConstantDamping(NamedTuple):
 
     def __call__(self, t: Array) -> Array:
         return jnp.asarray(self.alpha, dtype=jnp.result_type(t))
+
+
+class ScaledDamping(NamedTuple):
+    """A schedule scaled by a constant, ``α_t = scale·schedule(t)`` (hashable when the schedule
+    is, so compiled loops are reused); EM halves its damping this way when an E-step stalls."""
+
+    schedule: Callable[[Array], Array]
+    scale: float
+
+    def __call__(self, t: Array) -> Array:
+        return self.scale * self.schedule(t)
 
 
 def default_damping(space: str) -> Callable[[Array], Array]:

@@ -201,21 +201,34 @@ def test_em_equals_cgm_em() -> None:
     np.testing.assert_allclose(N * mu, np.asarray(fit.n), rtol=1e-9, atol=1e-8)
 
 
+def _stiff_model(y, s):
+    theta = numpyro.param("theta", jnp.zeros(CHAIN.num_params))
+    n = numpyro.sample("n", CollectiveGraphicalModel(CHAIN, theta, N))
+    numpyro.sample("y", GaussianNoise(n, s), obs=y)
+
+
 def test_em_does_not_call_a_stalled_e_step_convergence() -> None:
-    """Stiff Gaussian evidence (N/σ² = 600): NLBP at its default damping finds nothing better
-    than its warm start, so θ stops moving at once; that is not an EM fixed point."""
-
-    def model(y, s):
-        theta = numpyro.param("theta", jnp.zeros(CHAIN.num_params))
-        n = numpyro.sample("n", CollectiveGraphicalModel(CHAIN, theta, N))
-        numpyro.sample("y", GaussianNoise(n, s), obs=y)
-
-    fit = EM(model, latent="n", max_iters=20, inner_iters=30).run(
+    """Stiff Gaussian evidence (N/σ² = 600) and no halving allowed: NLBP at its default
+    damping finds nothing better than its warm start, so θ stops moving at once; that is not
+    an EM fixed point."""
+    fit = EM(_stiff_model, latent="n", max_iters=20, inner_iters=30, max_halvings=0).run(
         jax.random.key(0), jnp.asarray(N_TRUE), 0.5)
     assert fit.iterations == 1 and fit.marginal_change[0] == 0.0
-    assert not fit.converged
+    assert not fit.converged and fit.damping_halvings == 0
     # the model is still uniform, far from the data's marginals
     assert np.max(np.abs(np.asarray(fit.n) - N_TRUE)) > 1.0
+
+
+def test_em_retries_a_stalled_e_step_with_half_the_damping() -> None:
+    """The same evidence with the default halvings: EM reaches its fixed point, which for
+    consistent tables ``y ∈ N·M`` and Gaussian noise is ``n̂ = y`` (``θ`` moment-matched to
+    ``y`` makes ``n = y`` stationary), so the fitted model's marginals are ``y / N``."""
+    fit = EM(_stiff_model, latent="n", max_iters=300, inner_iters=30, tol=1e-12).run(
+        jax.random.key(0), jnp.asarray(N_TRUE), 0.5)
+    assert fit.converged and fit.damping_halvings > 0
+    bf = BruteForce(CHAIN, np.asarray(fit.params["theta"]))
+    np.testing.assert_allclose(N * features(CHAIN, bf.records()).T @ bf.probs(), N_TRUE,
+                               rtol=0, atol=1e-6)
 
 
 # time-homogeneous chain: one pairwise potential ψ shared by (a, b) and (b, c)
