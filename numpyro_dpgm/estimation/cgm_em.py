@@ -38,7 +38,7 @@ from ..distributions.mrf import MarkovRandomField
 from ..infer.bayes import NoisyMarginalsModel
 from ..infer.mstep import m_step
 from ..inference import junction_tree as jt
-from ..inference.nlbp import nlbp_map, resolve_damping
+from ..inference.nlbp import check_halvings, nlbp_map, resolve_damping
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from .contract import (
@@ -308,8 +308,7 @@ def cgm_em(
     max_em_iters = check_max_iters(max_iters)
     if inner_iters < 1:
         raise ValueError(f"inner_iters must be >= 1, got {inner_iters}")
-    if not 0 <= int(max_halvings) == max_halvings:
-        raise ValueError(f"max_halvings must be a non-negative integer, got {max_halvings}")
+    max_halvings = check_halvings(max_halvings)
     warn_if_float32("cgm_em")
     if m_step_method is None:
         m_step_method = "natural" if space == "natural" else "auto"

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from ..inference import junction_tree as jt
-from ..inference.nlbp import nlbp_loop, resolve_damping
+from ..inference.nlbp import ScaledDamping, nlbp_loop, resolve_damping
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from .losses import LossTerm, build_terms, terms_loss
@@ -143,7 +143,7 @@ def _em_step(network: MarkovNetwork, evidence: MeasurementEvidence, schedule: Ca
     is left, a retry."""
     tol, inner_iters, inner_tol, smoothing, max_halvings = opts
     r = nlbp_loop(network, carry.theta, total, evidence, (data, smoothing), space="natural",
-                  schedule=lambda t: schedule(t) * 0.5 ** carry.halvings, max_iters=inner_iters,
+                  schedule=ScaledDamping(schedule, 0.5 ** carry.halvings), max_iters=inner_iters,
                   tol=inner_tol, eta0=carry.theta)
     moved = jnp.any(r.eta != carry.theta)
     theta = jnp.where(moved, gauge_fix(network, r.eta), carry.theta)

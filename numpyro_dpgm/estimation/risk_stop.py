@@ -33,9 +33,10 @@ between iterates, which have far less noise than ``R̂_t`` itself. One probe is 
 the demo's release (Adult's tree, ε = 1, ``dpgm demo --seed 0``) the probe of
 ``jax.random.key(0)`` gave an ``R̂_t`` that kept falling for 6,000 iterations while the error
 rose (mean L1 0.0512 at the limit), while the probes of keys 1 and 2 stopped at iteration
-1,201 and 1,217 (0.0411); with four probes all three keys stopped at 1,207–1,283 with 0.0411,
-at about 1.3× the cost of an iteration with one. The reported ``risk`` of one iterate is
-noisier (standard deviation about ``√(2·df)``).
+1,201 and 1,217 (0.0411); with four probes all three keys stopped at 1,207–1,283 with 0.0411
+(one run each, by hand). Four probes cost 2.3× the time of one on Appendix C.4 at ε = 1 (72.8 s
+against 31.6 s, ``python -m benchmarks converge``), where the oracle's JVP dominates. The
+reported ``risk`` of one iterate is noisier (standard deviation about ``√(2·df)``).
 
 The path stops once ``R̂_t`` has not improved for as many iterations as it took from the
 discrepancy iterate to the best one (at least :data:`PATIENCE` iterations), at the optimum (the

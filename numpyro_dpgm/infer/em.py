@@ -18,7 +18,7 @@ from .._cache import LRUCache
 from ..distributions.cgm import CollectiveGraphicalModel
 from ..distributions.mrf import MarkovRandomField
 from ..inference import junction_tree as jt
-from ..inference.nlbp import ScaledDamping, resolve_damping
+from ..inference.nlbp import ScaledDamping, check_halvings, resolve_damping
 from .estep import estep_engine
 from .handlers import _join, nlbp, split_static
 from .mstep import m_step
@@ -171,9 +171,7 @@ class EM:
         self.m_step_prox = float(m_step_prox)
         self.nlbp_options = dict(space=space, damping=damping, max_iters=inner_iters,
                                  smoothing=smoothing)
-        if not 0 <= int(max_halvings) == max_halvings:
-            raise ValueError(f"max_halvings must be a non-negative integer, got {max_halvings}")
-        self.max_halvings = int(max_halvings)
+        self.max_halvings = check_halvings(max_halvings)
 
     # -- E-step ----------------------------------------------------------------------------------
     def _feasible_trace(self, key: Any, params: dict, args: tuple, kwargs: dict) -> Any:

@@ -42,7 +42,7 @@ from ..network import MarkovNetwork
 from . import junction_tree as jt
 
 __all__ = ["NLBPResult", "nlbp_map", "nlbp_loop", "default_damping", "resolve_damping",
-           "ConstantDamping", "ScaledDamping"]
+           "ConstantDamping", "ScaledDamping", "check_halvings"]
 
 Array = Any
 
@@ -104,6 +104,14 @@ class ScaledDamping(NamedTuple):
 
     def __call__(self, t: Array) -> Array:
         return self.scale * self.schedule(t)
+
+
+def check_halvings(max_halvings: Any) -> int:
+    """``max_halvings`` of EM's stalled E-steps as an int; anything but a non-negative integer
+    is refused."""
+    if not 0 <= int(max_halvings) == max_halvings:
+        raise ValueError(f"max_halvings must be a non-negative integer, got {max_halvings}")
+    return int(max_halvings)
 
 
 def default_damping(space: str) -> Callable[[Array], Array]:
