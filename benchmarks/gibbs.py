@@ -21,8 +21,10 @@ Three studies, each run on both paths of :func:`numpyro_dpgm.infer.bayes.run_nut
   latent table at the posterior mean ``θ``, and for that table the posterior mean mass in cells
   whose exact-path posterior mean is below one record (both paths). ``--interweave 0,16,64``
   runs the exact path once per number of non-centred moves per step. ``--paths`` picks the runs
-  per release: ``exact``, ``relaxed`` (the default pair) and ``default``, ``run_nuts``'s own
-  choice. ``--mechanism gaussian`` releases with Gaussian noise at the ρ = ε²/2 zCDP that ε-DP
+  per release: ``exact``, ``relaxed`` (the default pair), ``normal`` (the relaxed path on the
+  normal relaxation, ``relaxation="normal"``) and ``default``, ``run_nuts``'s own choice (also
+  in the coverage study, which runs ``exact``, ``relaxed`` and ``normal`` as asked).
+  ``--mechanism gaussian`` releases with Gaussian noise at the ρ = ε²/2 zCDP that ε-DP
   implies (default Laplace at ε). ``--coding conditional`` puts the prior on the junction tree's
   conditional log odds instead of the reference coding, ``--reference released`` the reference
   levels at the release's most frequent levels. Every run records the path, the reason it was
@@ -178,12 +180,21 @@ def study_adult(args: argparse.Namespace) -> list[dict[str, Any]]:
             runs, first = {}, len(rows)
             paths = ([(True, k) for k in args.interweave] * ("exact" in args.paths)
                      + [(False, None)] * ("relaxed" in args.paths)
+                     + [("normal", None)] * ("normal" in args.paths)
                      + [(None, None)] * ("default" in args.paths))
             for exact, weave in paths:
-                kwargs = {"interweave": weave} if exact else {}
-                fig, mcmc = run_path(model, exact, args, args.seed, init=start, **kwargs)
+                kwargs = {"interweave": weave} if exact is True else {}
+                sampled = model
+                if exact == "normal":
+                    sampled = noisy_marginals_model(net, ms, int(data.total), coding=args.coding,
+                                                    reference=args.reference or None,
+                                                    relaxation="normal")
+                fig, mcmc = run_path(sampled, False if exact == "normal" else exact, args,
+                                     args.seed, init=start, **kwargs)
                 runs[exact] = mcmc
-                rows.append({**base, **fig, "interweave": weave})
+                rows.append({**base, **fig, "interweave": weave,
+                             "relaxation": (mcmc.model.relaxation if fig["path"] != "exact"
+                                            else None)})
                 print(json.dumps(rows[-1], default=json_default), file=sys.stderr)
             if True in runs and False in runs:
                 theta = np.asarray(runs[True].get_samples()["theta"]).mean(0)
@@ -213,13 +224,18 @@ def study_coverage(args: argparse.Namespace) -> list[dict[str, Any]]:
     model = noisy_marginals_model(net, [Measurement(("a",), y[0], Laplace(b))], total,
                                   prior_scale=3.0, coding="reference")  # θ's prior
     rows = []
-    for exact in (True, False):
-        fig, mcmc = run_path(model, exact, args, args.seed, y=y)
+    normal = noisy_marginals_model(net, [Measurement(("a",), y[0], Laplace(b))], total,
+                                   prior_scale=3.0, coding="reference", relaxation="normal")
+    runs = ([(model, True)] * ("exact" in args.paths) + [(model, False)] * ("relaxed" in args.paths)
+            + [(normal, False)] * ("normal" in args.paths))
+    for sampled, exact in runs:
+        fig, mcmc = run_path(sampled, exact, args, args.seed, y=y)
         draws = np.asarray(mcmc.get_samples()["mu"])  # (draws, R, k)
         lo, hi = np.quantile(draws, [0.05, 0.95], axis=0)
         inside = (lo <= mu) & (mu <= hi)
         sparse = mu * total < 1.0
         rows.append({"study": "coverage", "model": f"one attribute, {k} levels",
+                     "relaxation": mcmc.model.relaxation if fig["path"] != "exact" else None,
                      "records": total, "releases": reps, "cells": k, **fig,
                      "coverage": float(inside.mean()),
                      "coverage_sparse_cells": float(inside[sparse].mean()),
@@ -239,8 +255,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated non-centred moves per step, one exact run each "
                              "(default: the library's default only)")
     parser.add_argument("--paths", default="exact,relaxed",
-                        help="comma-separated runs per release: exact, relaxed, and default "
-                             "(run_nuts's own choice of path)")
+                        help="comma-separated runs per release: exact, relaxed, normal (the "
+                             "normal relaxation, relaxation='normal') and default (run_nuts's own "
+                             "choice of path)")
     parser.add_argument("--mechanism", choices=("laplace", "gaussian"), default="laplace",
                         help="noise of the Adult releases: Laplace at ε, or Gaussian at the "
                              "ρ = ε²/2 zCDP that ε-DP implies")

@@ -72,6 +72,7 @@ LAYERS = {
     "numpyro_dpgm.distributions.constraints": DISTRIBUTIONS,
     "numpyro_dpgm.distributions.mrf": DISTRIBUTIONS,
     "numpyro_dpgm.distributions.noise": DISTRIBUTIONS,
+    "numpyro_dpgm.distributions.normal_cgm": DISTRIBUTIONS,
     "numpyro_dpgm.distributions.relaxation": DISTRIBUTIONS,
     "numpyro_dpgm.metrics": DISTRIBUTIONS,  # compares MarkovRandomFields and tables
     # 4. infer

@@ -20,8 +20,9 @@ from ._progress import _mcmc_progress, _progress
 ESTIMATOR_NAMES = ("naive", "cgm-em", "variational-em", "mcem", "prox-pgm", "posterior-mean")
 METHODS = (*ESTIMATOR_NAMES, "nuts")
 
-#: ``--path`` of ``--method nuts``: ``run_nuts``'s ``exact`` argument.
-NUTS_PATHS = {"auto": None, "exact": True, "relaxed": False}
+#: ``--path`` of ``--method nuts``: ``run_nuts``'s ``exact`` argument (``normal``: the relaxed
+#: path on the normal relaxation, ``relaxation="normal"``).
+NUTS_PATHS = {"auto": None, "exact": True, "relaxed": False, "normal": False}
 
 
 def _registry() -> dict:
@@ -56,7 +57,9 @@ def fit(
     chains: Annotated[int, typer.Option(help="NUTS chains (nuts only)")] = 2,
     path: Annotated[str, typer.Option(
         help="nuts only: exact (an exact Gibbs update of the latent count tables inside NUTS), "
-             "relaxed (the continuous relaxation of the counts), or auto (exact where the "
+             "relaxed (the continuous relaxation of the counts), normal (the normal relaxation: "
+             "the counts' mean and covariance, no mass moved into near-empty cells), or auto "
+             "(exact where the "
              "relaxation would leak over 1 % of the records into near-empty cells, or where "
              "the release pins the counts: the noise's share of the median released count "
              "below 7.5 %)")] = "auto",
@@ -201,11 +204,14 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
                          "cliques must be those of a chordal graph); use --coding reference")
     bayes = noisy_marginals_model(network, measurements, int(round(total)),
                                   triangulate=not network.is_decomposable, coding=coding,
-                                  reference="released" if coding == "conditional" else None)
+                                  reference="released" if coding == "conditional" else None,
+                                  relaxation="normal" if path == "normal" else "lgamma")
     start = em_start(bayes)
     # the path is chosen here, so that progress says which one runs from its first line
     chosen, reason = choose_path(bayes, NUTS_PATHS[path], bayes.starting_point(start))
     err_console.print(f"NUTS path: {chosen} ({reason})", highlight=False, soft_wrap=True)
+    if chosen == "normal":
+        bayes = bayes.with_relaxation("normal")
     with _mcmc_progress(f"NUTS, {chosen} path: {chains} chain(s) × ({draws} warm-up + {draws} "
                         "draws)") as bar:
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
@@ -215,6 +221,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
     divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
     options = {"draws": draws * chains, "warmup": draws, "chains": chains, "seed": seed,
                "coding": bayes.coding.name, "path": mcmc.path, "path_reason": reason,
+               "relaxation": bayes.relaxation if mcmc.path == "relaxed" else None,
                "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,
                "max_depth_hits": figures.max_depth_hits, "divergences": divergences}
     return posterior_models(mcmc, network), options

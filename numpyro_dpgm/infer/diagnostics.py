@@ -225,8 +225,8 @@ def to_inference_data(
         ``n_steps``, ``tree_depth``, ``acceptance_rate``, ``energy`` as collected by
         :func:`~numpyro_dpgm.infer.bayes.run_nuts`), ``observed_data`` and the requested
         groups. A batch of releases adds the dim ``release``. A run of
-        :func:`~numpyro_dpgm.infer.bayes.run_nuts` records its path (``"exact"`` or
-        ``"relaxed"``) in ``tree["posterior"].attrs["cgm_path"]``.
+        :func:`~numpyro_dpgm.infer.bayes.run_nuts` records its path (``"exact"``,
+        ``"relaxed"`` or ``"normal"``) in ``tree["posterior"].attrs["cgm_path"]``.
     """
     rng_key = jax.random.key(0) if rng_key is None else rng_key
     k_pred, k_prior = jax.random.split(rng_key)
@@ -238,6 +238,11 @@ def to_inference_data(
             "to_inference_data needs the NoisyMarginalsModel or the MarkovNetwork of the run, "
             f"got {type(model).__name__}"
         )
+    sampled = getattr(posterior, "model", None)  # run_nuts's: the form of the CGM site it ran
+    if (isinstance(model, NoisyMarginalsModel) and isinstance(sampled, NoisyMarginalsModel)
+            and sampled.network is model.network
+            and sampled.measurements is model.measurements):
+        model = sampled
     if predictive is None:
         predictive = isinstance(model, NoisyMarginalsModel)
     if isinstance(posterior, MCMC):
@@ -286,7 +291,7 @@ def to_inference_data(
         groups["prior_predictive"] = {"y": np.asarray(draws["y"])[None]}
     tree = az.from_dict(groups, coords=coords, dims=dims)
     path = getattr(posterior, "path", None)
-    if path is not None:  # run_nuts's: "exact" (HMCGibbs record swaps) or "relaxed"
+    if path is not None:  # run_nuts's: "exact" (HMCGibbs record swaps), "relaxed" or "normal"
         tree["posterior"].attrs["cgm_path"] = path
     return tree
 

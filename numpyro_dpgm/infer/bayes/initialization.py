@@ -30,7 +30,8 @@ def init_to_interior(
     For a latent site with a value in ``values``: ``T(T⁻¹(value) + U(−radius, radius))`` with
     ``T = biject_to(support)``, drawn from the site's random key (so every chain starts at its
     own point). A relaxed CGM site without a value starts from uniform tables ``N / |X_C|``
-    jittered likewise; other sites fall back to :func:`numpyro.infer.init_to_uniform`.
+    jittered likewise, a site marked ``infer={"init_to_mean": True}`` (the normal relaxation's
+    ``z``) from its mean; other sites fall back to :func:`numpyro.infer.init_to_uniform`.
 
     Exact CGM draws contain zero cells, which the bijection maps to ``−∞``; that is why NumPyro's
     ``init_to_median`` / ``init_to_sample`` fail on a relaxed CGM site and this strategy is used.
@@ -53,6 +54,8 @@ def init_to_interior(
         center = jnp.broadcast_to(jnp.asarray(values[name]), fn.shape())
     elif isinstance(support, _ScaledMarginalPolytope):
         center = support.feasible_like(jnp.zeros(fn.shape()))
+    elif site.get("infer", {}).get("init_to_mean"):  # the normal relaxation's z
+        center = fn.mean
     else:
         return init_to_uniform(site, radius=2.0 if radius <= 0 else radius)
     transform = biject_to(support)

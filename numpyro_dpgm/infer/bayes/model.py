@@ -23,6 +23,7 @@ where the network is decomposable, else the log-linear reference coding of :mod:
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -40,6 +41,7 @@ from ...distributions.constraints import (
     triangulated,
 )
 from ...distributions.noise import GaussianNoise, LaplaceNoise
+from ...distributions.normal_cgm import centring_shift, normal_tables, normal_tables_plan
 from ...distributions.relaxation import relaxation_leak
 from ...domain import Clique
 from ...inference import junction_tree as jt
@@ -58,8 +60,8 @@ from .coding import reference_coding
 from .conditional import ConditionalCoding, conditional_coding
 from .labels import _cell_label, cell_labels
 
-__all__ = ["CODINGS", "DEFAULT_PRIOR_SCALE", "NoisyMarginalsModel", "noisy_marginals_model",
-           "released_reference"]
+__all__ = ["CODINGS", "DEFAULT_PRIOR_SCALE", "RELAXATIONS", "NoisyMarginalsModel",
+           "noisy_marginals_model", "released_reference"]
 
 Array = Any
 
@@ -67,6 +69,10 @@ DEFAULT_PRIOR_SCALE = 3.0
 #: The parameterisations of ``θ`` the prior can sit on: :mod:`.coding`, :mod:`.conditional`, or
 #: ``"auto"``: the conditional one (at the released reference levels) on decomposable networks.
 CODINGS = ("auto", "reference", "conditional")
+#: Densities of the relaxed CGM site: the ``lgamma`` and ``stirling`` densities of
+#: :class:`~numpyro_dpgm.distributions.cgm.CollectiveGraphicalModel` on ``N·M``, or the normal
+#: relaxation of :mod:`numpyro_dpgm.distributions.normal_cgm` (site ``z``, ``n`` deterministic).
+RELAXATIONS = ("lgamma", "stirling", "normal")
 
 
 class _Observed:
@@ -147,8 +153,8 @@ class NoisyMarginalsModel:
         measurements = measurement_list(measurements, "the model needs at least one measurement")
         latent = triangulated(network) if triangulate else network
         decomposable_layout(latent)  # a clear error now rather than at the first draw
-        if relaxation not in ("lgamma", "stirling"):
-            raise ValueError(f"relaxation must be 'lgamma' or 'stirling', got {relaxation!r}")
+        if relaxation not in RELAXATIONS:
+            raise ValueError(f"relaxation must be one of {RELAXATIONS}, got {relaxation!r}")
         total = _check_total(total_count)
         families = {"laplace" if isinstance(m.noise, _LAPLACE) else "gaussian"
                     for m in measurements}
@@ -240,6 +246,7 @@ class NoisyMarginalsModel:
             self.dims["n"] = ["latent_cell"]
         if self.record_marginals:
             self.dims["mu"] = ["cell"]
+        self._set_latent_dims()
         if theta is None:
             self.coords["param"] = self.coding.labels
             self.dims["phi"] = ["param"]
@@ -297,14 +304,51 @@ class NoisyMarginalsModel:
             for _ in range(theta.ndim - 1):
                 mu_fn = jax.vmap(mu_fn)
             numpyro.deterministic("mu", mu_fn(theta))
-        n = numpyro.sample(
-            "n",
-            CollectiveGraphicalModel(self.latent_network, self.latent_theta(theta),
-                                     self.total_count, relaxed=self.relaxed,
-                                     relaxation=self.relaxation, normalized=self.normalized),
-        )
+        if self.relaxed and self.relaxation == "normal":
+            n = self._normal_tables(theta)
+        else:
+            n = numpyro.sample(
+                "n",
+                CollectiveGraphicalModel(self.latent_network, self.latent_theta(theta),
+                                         self.total_count, relaxed=self.relaxed,
+                                         relaxation=self.relaxation,
+                                         normalized=self.normalized),
+            )
         noise = LaplaceNoise if self.noise_family == "laplace" else GaussianNoise
         numpyro.sample("y", noise(self.predict(n), jnp.asarray(self.noise_scales)), obs=obs)
+
+    @functools.cached_property
+    def _normal(self) -> _NormalConstants:
+        return _normal_constants(self.latent_network, self.measurements, self.noise_family)
+
+    def _set_latent_dims(self) -> None:
+        """``z``'s coords and dims on the normal relaxation (none otherwise)."""
+        self.coords, self.dims = dict(self.coords), dict(self.dims)
+        if self.relaxed and self.relaxation == "normal":
+            self.coords["z_cell"] = self._normal.labels
+            self.dims["z"] = ["z_cell"]
+        else:
+            self.coords.pop("z_cell", None)
+            self.dims.pop("z", None)
+
+    def _normal_tables(self, theta: Array) -> Array:
+        """The normal relaxation's sites: ``z`` (partially centred) and ``n`` (deterministic)."""
+        c = self._normal
+        total, normalized = float(self.total_count), self.normalized
+
+        def shift(eta: Array) -> Array:
+            return centring_shift(c.plan, eta, total, c.weight, c.reference,
+                                  normalized=normalized)
+
+        def tables(eta: Array, z: Array) -> Array:
+            return normal_tables(c.plan, eta, total, z, normalized=normalized)
+
+        for _ in range(jnp.ndim(theta) - 1):
+            shift, tables = jax.vmap(shift), jax.vmap(tables)
+        eta = self.latent_theta(theta)
+        loc = shift(eta)
+        z = numpyro.sample("z", dist.Normal(loc, 1.0).to_event(1), infer={"init_to_mean": True})
+        return numpyro.deterministic("n", tables(eta, z - loc))
 
     @property
     def normalized(self) -> bool:
@@ -336,6 +380,19 @@ class NoisyMarginalsModel:
             return self
         out = copy.copy(self)
         out.relaxed = bool(relaxed)
+        out._set_latent_dims()
+        return out
+
+    def with_relaxation(self, relaxation: str) -> NoisyMarginalsModel:
+        """The same model with the relaxed CGM site of density ``relaxation`` (one of
+        :data:`RELAXATIONS`); ``self`` if it already has it."""
+        if relaxation not in RELAXATIONS:
+            raise ValueError(f"relaxation must be one of {RELAXATIONS}, got {relaxation!r}")
+        if self.relaxed and relaxation == self.relaxation:
+            return self
+        out = copy.copy(self)
+        out.relaxed, out.relaxation = True, relaxation
+        out._set_latent_dims()
         return out
 
     def relaxation_leak(self, theta: Array) -> dict:
@@ -378,10 +435,50 @@ class NoisyMarginalsModel:
         return values
 
     def __repr__(self) -> str:
+        cgm = f"relaxed ({self.relaxation})" if self.relaxed else "exact"
         return (f"NoisyMarginalsModel(cliques={list(self.network.cliques)}, "
                 f"measurements={len(self.measurements)}, N={self.total_count}, "
-                f"theta={'fixed' if self.theta is not None else 'inferred'}, "
-                f"cgm={'relaxed' if self.relaxed else 'exact'})")
+                f"theta={'fixed' if self.theta is not None else 'inferred'}, cgm={cgm})")
+
+
+class _NormalConstants(NamedTuple):
+    plan: Any
+    weight: np.ndarray
+    reference: np.ndarray
+    labels: list
+
+
+def _normal_constants(latent: MarkovNetwork, measurements: Sequence[Measurement],
+                      family: str) -> _NormalConstants:
+    """The normal relaxation's plan, and per cell of ``z`` its partial-centring weight (the
+    noise's share ``V / (max(y, 1) + V)`` of the released count of the cell's table, 1 where the
+    table is not released in full) and reference conditional (the released table's, clipped)."""
+    plan = normal_tables_plan(latent)
+    weight, reference, labels = np.ones(plan.dim), np.ones(plan.dim), []
+    for b in plan.blocks:
+        shape = latent.domain.shape_of(b.clique)
+        cells = np.stack(np.unravel_index(b.to_rows, shape), axis=-1)
+        labels += [_cell_label(b.clique, idx) for idx in cells]
+        sl = slice(b.offset, b.offset + b.rows * b.cols)
+        reference[sl] = 1.0 / b.cols
+        precision, weighted = 0.0, 0.0
+        for m in measurements:
+            if m.query is not None or set(m.clique) != set(b.clique):
+                continue
+            scale = m.noise.scale if family == "laplace" else m.noise.sigma
+            var = 2.0 * scale**2 if family == "laplace" else scale**2
+            values = np.transpose(np.asarray(m.values, float).reshape(
+                latent.domain.shape_of(m.clique)), [m.clique.index(a) for a in b.clique])
+            precision += 1.0 / var
+            weighted += values.reshape(-1) / var
+        if precision == 0.0:
+            continue
+        y = (weighted / precision)[b.to_rows]
+        var = 1.0 / precision
+        weight[sl] = var / (np.maximum(y, 1.0) + var)
+        rows = np.maximum(y, 0.0).reshape(b.rows, b.cols) + 0.5
+        reference[sl] = (rows / rows.sum(axis=1, keepdims=True)).reshape(-1)
+    return _NormalConstants(plan, weight, reference, labels)
 
 
 def _check_total(total_count: Any) -> int:
@@ -466,9 +563,15 @@ def noisy_marginals_model(
     theta : array ``(num_params,)``, optional
         Fix the record model's log-potentials instead of inferring them (then there is no
         ``phi`` site and the posterior is that of ``n`` given ``y`` and ``θ``).
-    relaxation : {"lgamma", "stirling"}
-        Density of the relaxed CGM (see :class:`CollectiveGraphicalModel`); ``"lgamma"`` is
-        the one to use with ``θ`` inferred.
+    relaxation : {"lgamma", "stirling", "normal"}
+        The relaxed CGM: the ``"lgamma"`` or ``"stirling"`` density on ``N·M`` (see
+        :class:`CollectiveGraphicalModel`; ``"lgamma"`` is the one to use with ``θ``
+        inferred), or ``"normal"``, the normal relaxation of
+        :mod:`numpyro_dpgm.distributions.normal_cgm`: tables with exactly the CGM's mean and
+        covariance, built along the junction tree from standard normal coordinates (latent
+        site ``z``, dims ``("z_cell",)``; ``n`` becomes deterministic), partially centred per
+        cell by the noise's share of its released count. It moves no mass into near-empty
+        cells (no relaxation leak); its cells can go below zero.
     record_marginals : bool
         Record the deterministic site ``mu = μ(θ)``.
     triangulate : bool

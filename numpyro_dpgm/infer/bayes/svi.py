@@ -107,7 +107,8 @@ def run_svi(
     predictive = Predictive(model, guide=auto, params=result.params, num_samples=num_samples,
                             return_sites=sites)
     draws = predictive(k_draw, *model_args, **model_kwargs)
-    if isinstance(model, NoisyMarginalsModel) and model.relaxed and "theta" in draws:
+    if (isinstance(model, NoisyMarginalsModel) and model.relaxed and "theta" in draws
+            and model.relaxation != "normal"):  # the normal relaxation does not leak
         warn_relaxed_leak(posterior_leak(model, draws["theta"]), float(model.total_count),
                           what="run_svi")
     return SVIFit(auto, result.params, result.losses, draws, time.perf_counter() - start,
