@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -46,8 +47,8 @@ from ..network import MarkovNetwork
 from ..tables import project_table
 from .constraints import decomposable_layout
 
-__all__ = ["NormalBlock", "NormalTablesPlan", "centring_shift", "normal_tables",
-           "normal_tables_plan"]
+__all__ = ["NormalBlock", "NormalTablesPlan", "centring_shift", "logit_conditionals",
+           "normal_tables", "normal_tables_plan", "tree_conditionals"]
 
 Array = Any
 
@@ -131,28 +132,43 @@ def normal_tables_plan(network: MarkovNetwork) -> NormalTablesPlan:
     return NormalTablesPlan(network, tuple(blocks), offset, hosts)
 
 
-def _conditionals(plan: NormalTablesPlan, theta: Array,
-                  normalized: bool) -> list[tuple[Array, Array]]:
-    """Per block, ``μ_S`` (``(rows, 1)``) and ``p(r | s)`` (``(rows, cols)``) at ``θ``."""
+def tree_conditionals(plan: NormalTablesPlan, theta: Array,
+                      normalized: bool = False) -> list[tuple[Array, Array]]:
+    """Per block, ``μ_S`` (``(rows, 1)``) and ``p(r | s)`` (``(rows, cols)``) at ``θ``.
+
+    ``normalized``: ``θ`` holds the log conditionals of the junction tree (the conditional
+    coding, ``A(θ) = 0``), read off ``θ`` instead of calibrated."""
     net = plan.network
-    if normalized:  # θ_K are the log conditionals (A(θ) = 0): one pass from the root
-        joint: dict[Clique, Array] = {}
-        out = []
-        for b in plan.blocks:
-            cond = jnp.exp(_to_rows(b, theta[net.slice_of(b.clique)], net))
-            if b.parent is None:
-                mu_s = jnp.ones((1, 1), cond.dtype)
-            else:
-                mu_s = project_table(joint[b.parent], b.parent, b.sep).reshape(b.rows, 1)
-            joint[b.clique] = _from_rows(b, mu_s * cond, net)
-            out.append((mu_s, cond))
-        return out
+    if normalized:
+        return _forward(plan, [jnp.exp(_to_rows(b, theta[net.slice_of(b.clique)], net))
+                               for b in plan.blocks])
     mu = jt.marginals(net, theta)
     out = []
     for b in plan.blocks:
         rows = _to_rows(b, mu[b.clique], net)
         mu_s = jnp.sum(rows, axis=1, keepdims=True)
         out.append((mu_s, rows / mu_s))
+    return out
+
+
+def logit_conditionals(plan: NormalTablesPlan, logits: list[Array]) -> list[tuple[Array, Array]]:
+    """:func:`tree_conditionals` from per-block logits of ``p(r | s)`` (``(rows, cols)`` each,
+    in the order of ``plan.blocks``), e.g. the conditional coding's ``block_logits``."""
+    return _forward(plan, [jax.nn.softmax(x, axis=1) for x in logits])
+
+
+def _forward(plan: NormalTablesPlan, conds: list[Array]) -> list[tuple[Array, Array]]:
+    """``μ_S`` of every block from the conditionals, one pass from the root."""
+    net = plan.network
+    joint: dict[Clique, Array] = {}
+    out = []
+    for b, cond in zip(plan.blocks, conds, strict=True):
+        if b.parent is None:
+            mu_s = jnp.ones((1, 1), cond.dtype)
+        else:
+            mu_s = project_table(joint[b.parent], b.parent, b.sep).reshape(b.rows, 1)
+        joint[b.clique] = _from_rows(b, mu_s * cond, net)
+        out.append((mu_s, cond))
     return out
 
 
@@ -168,21 +184,18 @@ def _from_rows(block: NormalBlock, rows: Array, net: MarkovNetwork) -> Array:
     return jnp.transpose(jnp.reshape(rows, shape), np.argsort(block.axes))
 
 
-def normal_tables(plan: NormalTablesPlan, theta: Array, total: Array, z: Array, *,
-                  normalized: bool = False) -> Array:
+def normal_tables(plan: NormalTablesPlan, conditionals: list, total: Array, z: Array) -> Array:
     """The tables of (1) at standard normal coordinates ``z``.
 
     Parameters
     ----------
     plan : NormalTablesPlan
-    theta : array ``(num_params,)``
-        Log-potentials in the network's layout.
+    conditionals : list
+        Per block ``(μ_S, p(r | s))``: :func:`tree_conditionals` of ``θ``, or
+        :func:`logit_conditionals`.
     total : float
         ``N``.
     z : array ``(plan.dim,)``
-    normalized : bool
-        ``θ`` holds the log conditionals of the junction tree (the conditional coding,
-        ``A(θ) = 0``): the conditionals are read off ``θ`` instead of calibrated.
 
     Returns
     -------
@@ -196,14 +209,14 @@ def normal_tables(plan: NormalTablesPlan, theta: Array, total: Array, z: Array, 
     >>> numpyro.enable_x64()
     >>> net = MarkovNetwork({"a": 2, "b": 2}, [("a", "b"), ("a",)])
     >>> plan = normal_tables_plan(net)
-    >>> normal_tables(plan, jnp.zeros(net.num_params), 100.0, jnp.zeros(plan.dim)).tolist()
+    >>> conds = tree_conditionals(plan, jnp.zeros(net.num_params))
+    >>> normal_tables(plan, conds, 100.0, jnp.zeros(plan.dim)).tolist()
     [25.0, 25.0, 25.0, 25.0, 50.0, 50.0]
     """
     net = plan.network
     z = jnp.asarray(z)
     tables: dict[Clique, Array] = {}
-    for b, (mu_s, cond) in zip(plan.blocks, _conditionals(plan, theta, normalized),
-                               strict=True):
+    for b, (mu_s, cond) in zip(plan.blocks, conditionals, strict=True):
         zb = z[b.offset:b.offset + b.rows * b.cols].reshape(b.rows, b.cols)
         sq = jnp.sqrt(cond)
         if b.parent is None:
@@ -217,8 +230,8 @@ def normal_tables(plan: NormalTablesPlan, theta: Array, total: Array, z: Array, 
                         for c in net.cliques})
 
 
-def centring_shift(plan: NormalTablesPlan, theta: Array, total: Array, weight: Array,
-                   reference: Array, *, normalized: bool = False) -> Array:
+def centring_shift(plan: NormalTablesPlan, conditionals: list, total: Array, weight: Array,
+                   reference: Array) -> Array:
     """``(1 − w) D(θ)``: the mean of the partially centred coordinates ``z̃ = z + (1 − w) D``.
 
     ``D`` moves the tables of (1) from ``N μ_S(s) p₀(· | s)`` to ``N μ_S(s) p(· | s)``:
@@ -226,7 +239,7 @@ def centring_shift(plan: NormalTablesPlan, theta: Array, total: Array, weight: A
 
     Parameters
     ----------
-    plan, theta, total, normalized :
+    plan, conditionals, total :
         As in :func:`normal_tables`.
     weight : array ``(plan.dim,)``
         Per cell of ``z``, the non-centred weight ``w ∈ [0, 1]``.
@@ -239,8 +252,7 @@ def centring_shift(plan: NormalTablesPlan, theta: Array, total: Array, weight: A
     """
     weight, reference = jnp.asarray(weight), jnp.asarray(reference)
     parts = []
-    for b, (mu_s, cond) in zip(plan.blocks, _conditionals(plan, theta, normalized),
-                               strict=True):
+    for b, (mu_s, cond) in zip(plan.blocks, conditionals, strict=True):
         sl = slice(b.offset, b.offset + b.rows * b.cols)
         w = weight[sl].reshape(b.rows, b.cols)
         p0 = reference[sl].reshape(b.rows, b.cols)

@@ -18,8 +18,10 @@ import pytest
 from numpyro_dpgm import MarkovNetwork
 from numpyro_dpgm.distributions.normal_cgm import (
     centring_shift,
+    logit_conditionals,
     normal_tables,
     normal_tables_plan,
+    tree_conditionals,
 )
 from numpyro_dpgm.infer.bayes.conditional import conditional_coding
 
@@ -62,7 +64,8 @@ def test_mean_and_covariance_are_the_cgm_s(normalized):
         theta = rng.normal(0.0, 1.5, net.num_params)
 
     def tables(z):
-        return normal_tables(plan, jnp.asarray(theta), TOTAL, z, normalized=normalized)
+        conds = tree_conditionals(plan, jnp.asarray(theta), normalized)
+        return normal_tables(plan, conds, TOTAL, z)
 
     z0 = jnp.zeros(plan.dim)
     jac = np.asarray(jax.jacobian(tables)(z0))
@@ -76,7 +79,7 @@ def test_tables_are_consistent_for_any_z():
     plan = normal_tables_plan(net)
     theta = jnp.asarray(np.random.default_rng(0).normal(size=net.num_params))
     z = jnp.asarray(np.random.default_rng(1).normal(0.0, 3.0, plan.dim))
-    t = net.unflatten(normal_tables(plan, theta, TOTAL, z))
+    t = net.unflatten(normal_tables(plan, tree_conditionals(plan, theta), TOTAL, z))
     for c in net.cliques:
         assert float(jnp.sum(t[c])) == pytest.approx(TOTAL, abs=1e-9)
     shared = {("a",): [("a", "b")], ("b",): [("a", "b"), ("c", "b"), ("b", "d")],
@@ -95,12 +98,29 @@ def test_centring_shift_moves_the_tables_to_the_reference():
     plan = normal_tables_plan(net)
     theta = jnp.asarray(np.random.default_rng(2).normal(size=net.num_params))
     ref = np.random.default_rng(4).dirichlet(np.ones(plan.dim))  # one block: the root
-    shift = centring_shift(plan, theta, TOTAL, jnp.zeros(plan.dim), jnp.asarray(ref))
-    n = normal_tables(plan, theta, TOTAL, -shift)
+    conds = tree_conditionals(plan, theta)
+    shift = centring_shift(plan, conds, TOTAL, jnp.zeros(plan.dim), jnp.asarray(ref))
+    n = normal_tables(plan, conds, TOTAL, -shift)
     block = plan.blocks[0]
     np.testing.assert_allclose(np.asarray(n)[block.to_rows], TOTAL * ref, atol=1e-10)
-    none = centring_shift(plan, theta, TOTAL, jnp.ones(plan.dim), jnp.asarray(ref))
+    none = centring_shift(plan, conds, TOTAL, jnp.ones(plan.dim), jnp.asarray(ref))
     assert float(jnp.max(jnp.abs(none))) == 0.0
+
+
+def test_the_conditional_coding_s_logits_give_its_conditionals():
+    """``logit_conditionals`` of the coding's ``block_logits`` equal ``tree_conditionals`` of
+    its normalised ``θ`` (the two routes of the model)."""
+    net = MarkovNetwork(DOMAIN, CLIQUES)
+    plan = normal_tables_plan(net)
+    coding = conditional_coding(net, {"b": 2, "d": 1})
+    beta = jnp.asarray(np.random.default_rng(6).normal(0.0, 2.0, coding.dim))
+    direct = logit_conditionals(plan, coding.block_logits(beta))
+    via_theta = tree_conditionals(plan, coding.to_theta(beta), normalized=True)
+    calibrated = tree_conditionals(plan, coding.to_theta(beta))
+    for (m1, c1), (_, c2), (m3, c3) in zip(direct, via_theta, calibrated, strict=True):
+        np.testing.assert_allclose(c1, c2, atol=1e-12)
+        np.testing.assert_allclose(c1, c3, atol=1e-12)
+        np.testing.assert_allclose(m1, m3, atol=1e-12)
 
 
 def test_not_decomposable_is_refused():

@@ -93,7 +93,7 @@ class ConditionalCoding:
         tree = jt.build_junction_tree(layout.covered, "min_fill")
         by_set = {frozenset(c): c for c in network.cliques}
         blocks, labels = [], []
-        pos, param, group, ref_pos = [], [], [], []
+        pos, param, group, ref_pos, spans = [], [], [], [], []
         j = g = 0
         for i in tree.order:
             clique = by_set[frozenset(tree.cliques[i])]
@@ -126,6 +126,7 @@ class ConditionalCoding:
                     lab = _cell_label(res, r)
                     labels.append(f"{lab}|{s_lab}" if sep else lab)
             ref_pos.append(by_sr[:, r0])
+            spans.append((j, int(np.prod(s_shape)), n_r, r0))
             j += int(np.prod(s_shape)) * (n_r - 1)
             g += int(np.prod(s_shape))
         self.network = network
@@ -133,6 +134,7 @@ class ConditionalCoding:
         self.blocks: tuple[tuple[tuple[str, ...], ...], ...] = tuple(blocks)
         self.dim: int = j
         self.labels: list[str] = labels
+        self._spans = tuple(spans)  # per block: first β, separator cells, residual cells, r0
         self._pos = np.concatenate(pos)
         self._param = np.concatenate(param)
         self._group = np.concatenate(group)
@@ -164,6 +166,18 @@ class ConditionalCoding:
         out = jnp.zeros((flat.shape[0], self.network.num_params), flat.dtype)
         out = out.at[:, self._pos].set(log_cond.T)
         return jnp.reshape(out, batch + (self.network.num_params,))
+
+    def block_logits(self, beta: Array) -> list[Array]:
+        """Per block (in :attr:`blocks`' order), the logits ``β_K(s, r)`` of ``p(r | s)`` as a
+        ``(separator cells, residual cells)`` array, ``0`` at the reference residual cell, for
+        one ``beta`` of shape ``(dim,)``: ``θ_K`` without the normalisation."""
+        beta = jnp.asarray(beta)
+        out = []
+        for j, rows, cols, r0 in self._spans:
+            b = beta[j:j + rows * (cols - 1)].reshape(rows, cols - 1)
+            out.append(jnp.concatenate([b[:, :r0], jnp.zeros((rows, 1), b.dtype), b[:, r0:]],
+                                       axis=1))
+        return out
 
     def log_odds(self, theta: Array) -> Array:
         """``θ_K(s, r) − θ_K(s, r_0)`` for every parameter: the inverse of :meth:`to_theta`

@@ -41,7 +41,13 @@ from ...distributions.constraints import (
     triangulated,
 )
 from ...distributions.noise import GaussianNoise, LaplaceNoise
-from ...distributions.normal_cgm import centring_shift, normal_tables, normal_tables_plan
+from ...distributions.normal_cgm import (
+    centring_shift,
+    logit_conditionals,
+    normal_tables,
+    normal_tables_plan,
+    tree_conditionals,
+)
 from ...distributions.relaxation import relaxation_leak
 from ...domain import Clique
 from ...inference import junction_tree as jt
@@ -293,6 +299,7 @@ class NoisyMarginalsModel:
 
     def _body(self, obs: Array | None) -> None:
         net = self.network
+        phi = None
         if self.theta is None:
             scale = jnp.broadcast_to(jnp.asarray(self.prior_scale), (self.coding.dim,))
             phi = numpyro.sample("phi", dist.Normal(0.0, scale).to_event(1))
@@ -305,7 +312,7 @@ class NoisyMarginalsModel:
                 mu_fn = jax.vmap(mu_fn)
             numpyro.deterministic("mu", mu_fn(theta))
         if self.relaxed and self.relaxation == "normal":
-            n = self._normal_tables(theta)
+            n = self._normal_tables(phi, theta)
         else:
             n = numpyro.sample(
                 "n",
@@ -319,7 +326,13 @@ class NoisyMarginalsModel:
 
     @functools.cached_property
     def _normal(self) -> _NormalConstants:
-        return _normal_constants(self.latent_network, self.measurements, self.noise_family)
+        c = _normal_constants(self.latent_network, self.measurements, self.noise_family)
+        if isinstance(self.coding, ConditionalCoding):  # its block_logits follow the same tree
+            ours = [(b.clique, b.sep, b.res) for b in c.plan.blocks]
+            if ours != [tuple(block) for block in self.coding.blocks]:
+                raise RuntimeError(f"the conditional coding's blocks {self.coding.blocks} are not "
+                                   f"the normal relaxation's {ours}")
+        return c
 
     def _set_latent_dims(self) -> None:
         """``z``'s coords and dims on the normal relaxation (none otherwise)."""
@@ -331,24 +344,32 @@ class NoisyMarginalsModel:
             self.coords.pop("z_cell", None)
             self.dims.pop("z", None)
 
-    def _normal_tables(self, theta: Array) -> Array:
-        """The normal relaxation's sites: ``z`` (partially centred) and ``n`` (deterministic)."""
+    def _normal_tables(self, phi: Array | None, theta: Array) -> Array:
+        """The normal relaxation's sites: ``z`` (partially centred) and ``n`` (deterministic).
+
+        With the conditional coding the conditionals come from ``φ``'s logits directly (no
+        ``θ``, whose normalisation and layout cost as much again per gradient)."""
         c = self._normal
-        total, normalized = float(self.total_count), self.normalized
+        total = float(self.total_count)
+        direct = phi is not None and isinstance(self.coding, ConditionalCoding)
 
-        def shift(eta: Array) -> Array:
-            return centring_shift(c.plan, eta, total, c.weight, c.reference,
-                                  normalized=normalized)
+        def conditionals(x: Array) -> list:
+            if direct:
+                return logit_conditionals(c.plan, self.coding.block_logits(x))
+            return tree_conditionals(c.plan, self.latent_theta(x), self.normalized)
 
-        def tables(eta: Array, z: Array) -> Array:
-            return normal_tables(c.plan, eta, total, z, normalized=normalized)
+        def shift(x: Array) -> Array:
+            return centring_shift(c.plan, conditionals(x), total, c.weight, c.reference)
 
-        for _ in range(jnp.ndim(theta) - 1):
+        def tables(x: Array, z: Array) -> Array:
+            return normal_tables(c.plan, conditionals(x), total, z)
+
+        x = phi if direct else theta
+        for _ in range(jnp.ndim(x) - 1):
             shift, tables = jax.vmap(shift), jax.vmap(tables)
-        eta = self.latent_theta(theta)
-        loc = shift(eta)
+        loc = shift(x)
         z = numpyro.sample("z", dist.Normal(loc, 1.0).to_event(1), infer={"init_to_mean": True})
-        return numpyro.deterministic("n", tables(eta, z - loc))
+        return numpyro.deterministic("n", tables(x, z - loc))
 
     @property
     def normalized(self) -> bool:
