@@ -56,7 +56,7 @@ PINNED_SHARE = 0.075
 #: of every released value is at least this many counts². Set between the sparse releases of
 #: ``python -m benchmarks gibbs --studies coverage`` (Laplace ``b = 2``, variance 8), where the
 #: normal relaxation's 90 % intervals covered 85 % against the exact path's 91 %, and Adult's
-#: releases (variance 162 and more), where it had 1.4–17 times the ESS per second of the
+#: releases (variance 162 and more), where it had 2.4–18 times the ESS per second of the
 #: ``lgamma`` relaxation in three of four releases and moves no mass into near-empty cells.
 NORMAL_MIN_VARIANCE = 50.0
 
