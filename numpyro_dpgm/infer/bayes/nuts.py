@@ -56,8 +56,8 @@ PINNED_SHARE = 0.075
 #: of every released value is at least this many counts². Set between the sparse releases of
 #: ``python -m benchmarks gibbs --studies coverage`` (Laplace ``b = 2``, variance 8), where the
 #: normal relaxation's 90 % intervals covered 85 % against the exact path's 91 %, and Adult's
-#: releases (variance 162 and more), where it had 2.4–18 times the ESS per second of the
-#: ``lgamma`` relaxation in three of four releases and moves no mass into near-empty cells.
+#: releases (variance 162 and more), where it had 4–54 times the ESS per second of the
+#: ``lgamma`` relaxation on all four and moves no mass into near-empty cells.
 NORMAL_MIN_VARIANCE = 50.0
 
 #: Statistics :func:`run_nuts` collects per draw (besides ``diverging``), for ArviZ.
