@@ -326,7 +326,7 @@ class NoisyMarginalsModel:
 
     @functools.cached_property
     def _normal(self) -> _NormalConstants:
-        c = _normal_constants(self.latent_network, self.measurements, self.noise_family)
+        c = _normal_constants(self.latent_network, self.measurements)
         if isinstance(self.coding, ConditionalCoding):  # its block_logits follow the same tree
             ours = [(b.clique, b.sep, b.res) for b in c.plan.blocks]
             if ours != [tuple(block) for block in self.coding.blocks]:
@@ -469,8 +469,8 @@ class _NormalConstants(NamedTuple):
     labels: list
 
 
-def _normal_constants(latent: MarkovNetwork, measurements: Sequence[Measurement],
-                      family: str) -> _NormalConstants:
+def _normal_constants(latent: MarkovNetwork,
+                      measurements: Sequence[Measurement]) -> _NormalConstants:
     """The normal relaxation's plan, and per cell of ``z`` its partial-centring weight (the
     noise's share ``V / (max(y, 1) + V)`` of the released count of the cell's table, 1 where the
     table is not released in full) and reference conditional (the released table's, clipped)."""
@@ -486,8 +486,7 @@ def _normal_constants(latent: MarkovNetwork, measurements: Sequence[Measurement]
         for m in measurements:
             if m.query is not None or set(m.clique) != set(b.clique):
                 continue
-            scale = m.noise.scale if family == "laplace" else m.noise.sigma
-            var = 2.0 * scale**2 if family == "laplace" else scale**2
+            var = m.noise.variance
             values = np.transpose(np.asarray(m.values, float).reshape(
                 latent.domain.shape_of(m.clique)), [m.clique.index(a) for a in b.clique])
             precision += 1.0 / var

@@ -35,7 +35,7 @@ from .checks import convergence_figures, posterior_leak, warn_convergence, warn_
 from .conditional import ConditionalCoding
 from .gibbs import exact_kernel
 from .initialization import _init_values, init_to_interior
-from .interweave import _cell_variance, released_noise_share
+from .interweave import released_noise_share
 from .model import OBSERVED, NoisyMarginalsModel
 
 __all__ = ["DENSE_MAX_DIM", "NORMAL_MIN_VARIANCE", "NUTS_FIELDS", "PINNED_SHARE", "choose_path",
@@ -140,8 +140,8 @@ def choose_path(
 
 
 def released_noise_variance(model: NoisyMarginalsModel) -> np.ndarray:
-    """Per released value, the noise variance (``2b²`` for Laplace noise, ``σ²`` Gaussian)."""
-    return np.concatenate([np.full(np.size(m.values), _cell_variance(model, m))
+    """Per released value, the variance of its noise (the measurement's ``noise.variance``)."""
+    return np.concatenate([np.full(np.size(m.values), m.noise.variance)
                            for m in model.measurements])
 
 
