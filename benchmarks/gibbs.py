@@ -184,11 +184,7 @@ def study_adult(args: argparse.Namespace) -> list[dict[str, Any]]:
                      + [(None, None)] * ("default" in args.paths))
             for exact, weave in paths:
                 kwargs = {"interweave": weave} if exact is True else {}
-                sampled = model
-                if exact == "normal":
-                    sampled = noisy_marginals_model(net, ms, int(data.total), coding=args.coding,
-                                                    reference=args.reference or None,
-                                                    relaxation="normal")
+                sampled = model.with_relaxation("normal") if exact == "normal" else model
                 fig, mcmc = run_path(sampled, False if exact == "normal" else exact, args,
                                      args.seed, init=start, **kwargs)
                 runs[exact] = mcmc
@@ -224,10 +220,8 @@ def study_coverage(args: argparse.Namespace) -> list[dict[str, Any]]:
     model = noisy_marginals_model(net, [Measurement(("a",), y[0], Laplace(b))], total,
                                   prior_scale=3.0, coding="reference")  # θ's prior
     rows = []
-    normal = noisy_marginals_model(net, [Measurement(("a",), y[0], Laplace(b))], total,
-                                   prior_scale=3.0, coding="reference", relaxation="normal")
     runs = ([(model, True)] * ("exact" in args.paths) + [(model, False)] * ("relaxed" in args.paths)
-            + [(normal, False)] * ("normal" in args.paths))
+            + [(model.with_relaxation("normal"), False)] * ("normal" in args.paths))
     for sampled, exact in runs:
         fig, mcmc = run_path(sampled, exact, args, args.seed, y=y)
         draws = np.asarray(mcmc.get_samples()["mu"])  # (draws, R, k)

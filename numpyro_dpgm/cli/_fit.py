@@ -221,7 +221,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
     divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
     options = {"draws": draws * chains, "warmup": draws, "chains": chains, "seed": seed,
                "coding": bayes.coding.name, "path": mcmc.path, "path_reason": reason,
-               "relaxation": bayes.relaxation if mcmc.path == "relaxed" else None,
+               "relaxation": mcmc.model.relaxation if mcmc.path != "exact" else None,
                "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,
                "max_depth_hits": figures.max_depth_hits, "divergences": divergences}
     return posterior_models(mcmc, network), options

@@ -101,3 +101,16 @@ def test_default_path_is_normal_where_the_noise_is_wide(scale, path):
     else:
         assert "z" not in tree["posterior"]
     assert tree["posterior"].attrs["cgm_path"] == path
+
+
+def test_convergence_warning_names_the_normal_path_s_remedies():
+    from numpyro_dpgm.infer.bayes.checks import (
+        ConvergenceFigures,
+        ConvergenceWarning,
+        warn_convergence,
+    )
+
+    figures = ConvergenceFigures(1.2, 20.0, "phi[0]", 0, 1000)
+    with pytest.warns(ConvergenceWarning, match="lgamma relaxation") as record:
+        warn_convergence(figures, "normal")
+    assert "gibbs_moves" not in str(record[0].message)

@@ -135,7 +135,7 @@ def convergence_figures(
 def warn_convergence(figures: ConvergenceFigures, path: str, stacklevel: int = 3) -> None:
     """Warn (:class:`ConvergenceWarning`) on R-hat > 1.01, bulk ESS < 100 or maximum depth.
 
-    ``path`` is ``"exact"`` or ``"relaxed"`` (the remedies differ).
+    ``path`` is ``"exact"``, ``"relaxed"`` or ``"normal"`` (the remedies differ).
     """
     problems = []
     if figures.max_r_hat > MAX_R_HAT:
@@ -154,6 +154,11 @@ def warn_convergence(figures: ConvergenceFigures, path: str, stacklevel: int = 3
                   "swaps on n, for which the joint geometry of θ and n does not pin the step "
                   "size), start from the NLBP-EM estimate (init=em_start(model)), or run more "
                   "warm-up and draws")
+    elif path == "normal":
+        remedy = ("run more warm-up and draws, start from the NLBP-EM estimate "
+                  "(init=em_start(model)), or compare another path: the lgamma relaxation "
+                  "(exact=False on a model built with relaxation='lgamma') or the exact one "
+                  "(exact=True)")
     else:
         remedy = ("run more draws and warm-up (the exact path mixes slowly where the noise "
                   "swamps a cell's count), more record swaps per step (gibbs_moves=, up to N), "

@@ -347,8 +347,9 @@ class NoisyMarginalsModel:
     def _normal_tables(self, phi: Array | None, theta: Array) -> Array:
         """The normal relaxation's sites: ``z`` (partially centred) and ``n`` (deterministic).
 
-        With the conditional coding the conditionals come from ``φ``'s logits directly (no
-        ``θ``, whose normalisation and layout cost as much again per gradient)."""
+        With the conditional coding the conditionals come from ``φ``'s logits directly, without
+        ``θ``'s normalisation and layout, and once for both ``z``'s mean and the tables (on the
+        demo's tree 2.5 ms a gradient, against 4.0 through ``θ``; by hand)."""
         c = self._normal
         total = float(self.total_count)
         direct = phi is not None and isinstance(self.coding, ConditionalCoding)
@@ -358,18 +359,20 @@ class NoisyMarginalsModel:
                 return logit_conditionals(c.plan, self.coding.block_logits(x))
             return tree_conditionals(c.plan, self.latent_theta(x), self.normalized)
 
-        def shift(x: Array) -> Array:
-            return centring_shift(c.plan, conditionals(x), total, c.weight, c.reference)
+        def shift(conds: list) -> Array:
+            return centring_shift(c.plan, conds, total, c.weight, c.reference)
 
-        def tables(x: Array, z: Array) -> Array:
-            return normal_tables(c.plan, conditionals(x), total, z)
+        def tables(conds: list, z: Array) -> Array:
+            return normal_tables(c.plan, conds, total, z)
 
         x = phi if direct else theta
-        for _ in range(jnp.ndim(x) - 1):
-            shift, tables = jax.vmap(shift), jax.vmap(tables)
-        loc = shift(x)
+        for _ in range(jnp.ndim(x) - 1):  # a batch of releases
+            conditionals, shift, tables = (jax.vmap(conditionals), jax.vmap(shift),
+                                           jax.vmap(tables))
+        conds = conditionals(x)
+        loc = shift(conds)
         z = numpyro.sample("z", dist.Normal(loc, 1.0).to_event(1), infer={"init_to_mean": True})
-        return numpyro.deterministic("n", tables(x, z - loc))
+        return numpyro.deterministic("n", tables(conds, z - loc))
 
     @property
     def normalized(self) -> bool:
