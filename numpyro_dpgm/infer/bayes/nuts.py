@@ -56,8 +56,10 @@ PINNED_SHARE = 0.075
 #: of every released value is at least this many counts². Set between the sparse releases of
 #: ``python -m benchmarks gibbs --studies coverage`` (Laplace ``b = 2``, variance 8), where the
 #: normal relaxation's 90 % intervals covered 85 % against the exact path's 91 %, and Adult's
-#: releases (variance 162 and more), where it had 4–54 times the ESS per second of the
-#: ``lgamma`` relaxation on all four and moves no mass into near-empty cells.
+#: 97-cell releases (variance 162 and more), where it had 4–54 times the ESS per second of the
+#: ``lgamma`` relaxation on all four and moves no mass into near-empty cells. On Adult's 842-cell
+#: releases (``gibbs-mid-*-cpu.json``) neither relaxation mixed, and ``lgamma`` had 4.7 times its
+#: ESS per second at ε = 1 (about the same at ε = 0.1).
 NORMAL_MIN_VARIANCE = 50.0
 
 #: Statistics :func:`run_nuts` collects per draw (besides ``diverging``), for ArviZ.
@@ -81,9 +83,9 @@ def choose_path(
     unless ``exact=True``. Otherwise, with the conditional coding, ``exact=None`` picks the
     normal path where the noise variance of every released value is at least
     :data:`NORMAL_MIN_VARIANCE` counts² (there the counts' discreteness is hidden in the noise;
-    measured on Adult's releases it mixed fastest). Else ``exact=None`` picks the exact path
-    when the relaxation leak of the latent tables at the starting ``θ`` exceeds
-    :data:`~numpyro_dpgm.distributions.relaxation.LEAK_TOLERANCE`, or
+    measured on Adult's 97-cell releases it mixed fastest, not on its 842-cell ones). Else
+    ``exact=None`` picks the exact path when the relaxation leak of the latent tables at the
+    starting ``θ`` exceeds :data:`~numpyro_dpgm.distributions.relaxation.LEAK_TOLERANCE`, or
     when the release pins the counts: the median over the released values of the noise's
     share, ``V / (max(y, 1) + V)`` (:func:`~.interweave.released_noise_share`), is below
     :data:`PINNED_SHARE`. A model built with ``relaxed=False`` always takes the exact path; a
@@ -119,7 +121,7 @@ def choose_path(
                 f"the noise's variance is at least {least:.3g} counts² in every released value "
                 f"(≥ {NORMAL_MIN_VARIANCE:g}), which hides the counts' discreteness: the normal "
                 "relaxation, exact in the counts' mean and covariance, moves no mass into "
-                "near-empty cells and mixed fastest on such releases")
+                "near-empty cells and mixed fastest on the 97-cell Adult releases measured")
     leak = model.relaxation_leak(_start_theta(model, values))
     clique, worst = max(leak.items(), key=lambda kv: kv[1])
     where = (f"the relaxation leak at the starting θ is {100 * worst:.2g}% of N in the table "
