@@ -1,5 +1,6 @@
 """Test configuration: float64 everywhere (the library itself never flips the flag)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -7,6 +8,9 @@ import jax
 import pytest
 
 jax.config.update("jax_enable_x64", True)
+# the command line's persistent compilation cache stays off for the in-process CLI tests (it is
+# process-wide); tests/test_compilation_cache.py turns it on in child processes
+os.environ["DPGM_COMPILATION_CACHE"] = "off"
 
 # make tests/oracles importable as `oracles`
 sys.path.insert(0, str(Path(__file__).parent))

@@ -24,8 +24,8 @@ import benchmarks  # noqa: E402
 from benchmarks import harness, workloads  # noqa: E402
 from benchmarks.__main__ import main as bench_main  # noqa: E402
 
-NAMES = {"appgm", "appgm_scale", "bayes", "cgm", "converge", "coverage", "em_variants", "gibbs",
-         "mechanisms", "oracle", "scale", "stopping", "synth_memory"}
+NAMES = {"appgm", "appgm_scale", "bayes", "cgm", "cli_cache", "converge", "coverage", "em_variants",
+         "gibbs", "mechanisms", "oracle", "scale", "stopping", "synth_memory"}
 SHARED = {"harness", "workloads"}
 
 

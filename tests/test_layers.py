@@ -145,6 +145,7 @@ LAYERS = {
     "numpyro_dpgm.cli": FRONT,
     "numpyro_dpgm.cli.__main__": FRONT,
     "numpyro_dpgm.cli._common": FRONT,
+    "numpyro_dpgm.cli._compilation_cache": FRONT,
     "numpyro_dpgm.cli._progress": FRONT,
     "numpyro_dpgm.cli._jobs": FRONT,
     "numpyro_dpgm.cli._release": FRONT,

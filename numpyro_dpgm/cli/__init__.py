@@ -17,8 +17,9 @@ folder, renamed into place). Messages are printed as plain text (no rich markup)
 
 Modules: one per command group (``_jobs``: demo, reproduce, bench; ``_release``; ``_fit``;
 ``_synth`` with ``_mechanism``), with the plumbing they share (``_common``: errors, tables,
-output checks, budgets; ``_progress``: progress on stderr). This module holds the app and
-registers the commands.
+output checks, budgets; ``_progress``: progress on stderr; ``_compilation_cache``: JAX's
+persistent compilation cache, on for every command unless ``DPGM_COMPILATION_CACHE=off``).
+This module holds the app and registers the commands.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import typer
 
 from ._common import _warnings_as_lines
+from ._compilation_cache import enable_compilation_cache
 from ._fit import fit
 from ._jobs import bench, demo, reproduce
 from ._release import release
@@ -42,6 +44,7 @@ app = typer.Typer(
 @app.callback()
 def main(ctx: typer.Context) -> None:
     """Differentially private learning of graphical models."""
+    enable_compilation_cache()
     ctx.call_on_close(_warnings_as_lines())
 
 
