@@ -67,3 +67,20 @@ def test_a_second_fit_loads_the_programs_and_writes_the_same_model(tmp_path):
     b = json.loads((tmp_path / "b.json").read_text())
     assert len(a["theta"]["data"]) > 0
     np.testing.assert_array_equal(np.asarray(a["theta"]["data"]), np.asarray(b["theta"]["data"]))
+
+
+
+def test_bench_and_reproduce_leave_the_cache_off(monkeypatch):
+    """The commands that time compilation run without the cache; the others with it."""
+    from typer.testing import CliRunner
+
+    from numpyro_dpgm import cli
+
+    calls = []
+    monkeypatch.setattr(cli, "enable_compilation_cache", lambda: calls.append(True))
+    runner = CliRunner()
+    for command in ("bench", "reproduce", "fit", "release"):
+        calls.clear()
+        result = runner.invoke(cli.app, [command, "--help"])
+        assert result.exit_code == 0, result.output
+        assert bool(calls) == (command not in cli.MEASURING), command

@@ -18,8 +18,9 @@ folder, renamed into place). Messages are printed as plain text (no rich markup)
 Modules: one per command group (``_jobs``: demo, reproduce, bench; ``_release``; ``_fit``;
 ``_synth`` with ``_mechanism``), with the plumbing they share (``_common``: errors, tables,
 output checks, budgets; ``_progress``: progress on stderr; ``_compilation_cache``: JAX's
-persistent compilation cache, on for every command unless ``DPGM_COMPILATION_CACHE=off``).
-This module holds the app and registers the commands.
+persistent compilation cache, on for every command unless ``DPGM_COMPILATION_CACHE=off``, and
+off for ``bench`` and ``reproduce``, whose timings include compilation). This module holds the
+app and registers the commands.
 """
 
 from __future__ import annotations
@@ -41,10 +42,15 @@ app = typer.Typer(
 )
 
 
+#: Commands whose timings include compilation: no persistent compilation cache for them.
+MEASURING = ("bench", "reproduce")
+
+
 @app.callback()
 def main(ctx: typer.Context) -> None:
     """Differentially private learning of graphical models."""
-    enable_compilation_cache()
+    if ctx.invoked_subcommand not in MEASURING:
+        enable_compilation_cache()
     ctx.call_on_close(_warnings_as_lines())
 
 
