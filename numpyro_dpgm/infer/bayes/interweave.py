@@ -154,7 +154,7 @@ def noise_share(model: Any) -> np.ndarray:
         part = table[tuple(values[attrs.index(a)] if a in attrs else slice(None)
                            for a in r.clique)]
         return _missing_information(float(np.sum(part)), float(np.size(part))
-                                    * _cell_variance(model, m))
+                                    * m.noise.variance)
 
     coding = model.coding
     of_phi = [] if isinstance(coding, ConditionalCoding) else [
@@ -169,7 +169,7 @@ def noise_share(model: Any) -> np.ndarray:
 
 def released_noise_share(model: Any) -> np.ndarray:
     """Per released value of the model's measurements, the share of the noise in it,
-    ``V / (max(y, 1) + V)`` (``V``: the noise variance, ``2b²`` or ``σ²``): the fraction of
+    ``V / (max(y, 1) + V)`` (``V``: the noise's variance, ``noise.variance``): the fraction of
     missing information about the count it releases. Near 1 the noise swamps the count; near 0
     the release pins it (:func:`~numpyro_dpgm.infer.bayes.nuts.choose_path` reads the median).
 
@@ -184,17 +184,12 @@ def released_noise_share(model: Any) -> np.ndarray:
     [0.002, 0.01, 0.667]
     """
     return np.concatenate([
-        _missing_information(np.asarray(m.values, dtype=float).ravel(), _cell_variance(model, m))
+        _missing_information(np.asarray(m.values, dtype=float).ravel(), m.noise.variance)
         for m in model.measurements])
 
 
 def _missing_information(count: Any, variance: float) -> Any:
     return variance / (np.maximum(count, 1.0) + variance)
-
-
-def _cell_variance(model: Any, m: Any) -> float:
-    scale = m.noise.scale if model.noise_family == "laplace" else m.noise.sigma
-    return 2.0 * scale**2 if model.noise_family == "laplace" else scale**2
 
 
 def noncentred_moves(

@@ -348,8 +348,8 @@ class NoisyMarginalsModel:
         """The normal relaxation's sites: ``z`` (partially centred) and ``n`` (deterministic).
 
         With the conditional coding the conditionals come from ``φ``'s logits directly, without
-        ``θ``'s normalisation and layout, and once for both ``z``'s mean and the tables (on the
-        demo's tree 2.5 ms a gradient, against 4.0 through ``θ``; by hand)."""
+        ``θ``'s normalisation and layout; either way they are computed once for both ``z``'s mean
+        and the tables."""
         c = self._normal
         total = float(self.total_count)
         direct = phi is not None and isinstance(self.coding, ConditionalCoding)
