@@ -56,54 +56,17 @@ import jax
 import numpy as np
 
 from .harness import add_out_argument, json_default, load_average, machine
+from .workloads import ADULT_EDGES, adult_data
 
 DESCRIPTION = "exact (HMCGibbs record swaps) vs relaxed NUTS: Adult posteriors, ESS/s, coverage"
 
-SMALL = [("relationship", "sex"), ("relationship", "income>50K"),
-         ("income>50K", "education-num"), ("sex", "race")]
-MID = SMALL + [("marital-status", "relationship"), ("education-num", "occupation"),
-               ("occupation", "workclass"), ("income>50K", "hours-per-week")]
-CAPITAL = [("income>50K", "capital-gain"), ("capital-gain", "capital-loss")]
-EDGES = {"small": SMALL, "mid": MID, "capital": CAPITAL}
+EDGES = ADULT_EDGES
 
 
 def _tree() -> list:
     from numpyro_dpgm.experiments.demo import ADULT_TREE
 
     return list(ADULT_TREE)
-
-
-def adult_data(edges: list, records: int | None, seed: int) -> tuple[Any, Any]:
-    """Adult restricted to the edges' attributes (``records=None``), or ``records`` records drawn
-    from the junction-tree MLE of its true tables; the network has the edges and one-ways."""
-    from numpyro_dpgm import Dataset, MarkovNetwork, load_demo
-    from numpyro_dpgm.data import count
-    from numpyro_dpgm.inference import junction_tree as jt
-
-    adult = load_demo()
-    attrs = [a for a in adult.domain.attrs if any(a in e for e in edges)]
-    dom = adult.domain.project(attrs)
-    data = Dataset(adult.records[attrs], dom)
-    net = MarkovNetwork(dom, list(edges) + [(a,) for a in attrs])
-    if records is None:
-        return data, net
-    tree = MarkovNetwork(dom, list(edges))
-    truth = count(data.records, tree.cliques, dom)
-    jtree = jt.build_junction_tree(tree, "min_fill")
-    by_set = {frozenset(c): c for c in tree.cliques}
-    tables = {}
-    for i, c in enumerate(jtree.cliques):  # the MLE of a tree: θ_C = log μ_C − log μ_S
-        clique = by_set[frozenset(c)]
-        mu = (np.asarray(truth[clique], dtype=float) + 1e-9) / data.total
-        sep = [clique.index(a) for a in jtree.separators[i]]
-        tables[clique] = np.log(mu) - (np.log(mu.sum(axis=tuple(
-            j for j in range(len(clique)) if j not in sep), keepdims=True)) if sep else 0.0)
-    theta = tree.flatten(tables)
-    codes = np.asarray(jt.sample(tree, theta, jax.random.key(seed), int(records)))
-    import pandas as pd
-
-    frame = pd.DataFrame(codes, columns=list(dom.attrs))
-    return Dataset(frame, dom), net
 
 
 def run_path(model: Any, exact: bool, args: argparse.Namespace, seed: int,

@@ -6,7 +6,9 @@
 - :func:`seed002_release`: a synthetic model of seed 002 (§4.1; the builders of
   :mod:`numpyro_dpgm.experiments.bernstein2017`), records drawn from it and their Laplace
   release;
-- :func:`mbi_problem`: Gaussian measurements as mbi 2.0 takes them (its domain and loss).
+- :func:`mbi_problem`: Gaussian measurements as mbi 2.0 takes them (its domain and loss);
+- :data:`ADULT_EDGES` and :func:`adult_data`: networks of edges of the demo's tree, on Adult or
+  on records drawn from the model fitted to it (the Bayesian benchmarks).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from typing import Any, NamedTuple
 import networkx as nx
 import numpy as np
 
-__all__ = ["QUERY", "Clique", "Workload", "adult_workload", "mbi_problem", "mutual_information",
-           "seed002_release", "three_way_workload", "tree_workload"]
+__all__ = ["ADULT_EDGES", "QUERY", "Clique", "Workload", "adult_data", "adult_workload",
+           "mbi_problem", "mutual_information", "seed002_release", "three_way_workload",
+           "tree_workload"]
 
 #: The out-of-model query of the Adult workloads (no clique of either holds it).
 QUERY = ("age", "fnlwgt", "capital-gain")
@@ -203,3 +206,51 @@ def mbi_problem(ms: Sequence[Any], domain: Any) -> tuple[Any, Any, list]:
     lms = [marginal_loss.LinearMeasurement(np.asarray(m.values), tuple(m.clique),
                                            stddev=m.noise.sigma) for m in ms]
     return mdom, marginal_loss.from_linear_measurements(lms, mdom), lms
+
+
+# ------------------------------------------------------------------------------------------------
+# Networks of edges of the demo's tree (the Bayesian benchmarks)
+# ------------------------------------------------------------------------------------------------
+_SMALL = [("relationship", "sex"), ("relationship", "income>50K"),
+          ("income>50K", "education-num"), ("sex", "race")]
+#: ``small``: four edges of the demo's tree (97 cells with their one-way tables); ``mid``: eight
+#: (842 cells); ``capital``: its leakiest tables, ``income>50K – capital-gain – capital-loss``.
+ADULT_EDGES = {
+    "small": _SMALL,
+    "mid": _SMALL + [("marital-status", "relationship"), ("education-num", "occupation"),
+                     ("occupation", "workclass"), ("income>50K", "hours-per-week")],
+    "capital": [("income>50K", "capital-gain"), ("capital-gain", "capital-loss")],
+}
+
+
+def adult_data(edges: Sequence[Clique], records: int | None, seed: int) -> tuple[Any, Any]:
+    """Adult restricted to the edges' attributes (``records=None``), or ``records`` records drawn
+    from the junction-tree MLE of its true tables; the network has the edges and one-ways."""
+    import jax
+    import pandas as pd
+
+    from numpyro_dpgm import Dataset, MarkovNetwork, load_demo
+    from numpyro_dpgm.data import count
+    from numpyro_dpgm.inference import junction_tree as jt
+
+    adult = load_demo()
+    attrs = [a for a in adult.domain.attrs if any(a in e for e in edges)]
+    dom = adult.domain.project(attrs)
+    data = Dataset(adult.records[attrs], dom)
+    net = MarkovNetwork(dom, list(edges) + [(a,) for a in attrs])
+    if records is None:
+        return data, net
+    tree = MarkovNetwork(dom, list(edges))
+    truth = count(data.records, tree.cliques, dom)
+    jtree = jt.build_junction_tree(tree, "min_fill")
+    by_set = {frozenset(c): c for c in tree.cliques}
+    tables = {}
+    for i, c in enumerate(jtree.cliques):  # the MLE of a tree: θ_C = log μ_C − log μ_S
+        clique = by_set[frozenset(c)]
+        mu = (np.asarray(truth[clique], dtype=float) + 1e-9) / data.total
+        sep = [clique.index(a) for a in jtree.separators[i]]
+        tables[clique] = np.log(mu) - (np.log(mu.sum(axis=tuple(
+            j for j in range(len(clique)) if j not in sep), keepdims=True)) if sep else 0.0)
+    theta = tree.flatten(tables)
+    codes = np.asarray(jt.sample(tree, theta, jax.random.key(seed), int(records)))
+    return Dataset(pd.DataFrame(codes, columns=list(dom.attrs)), dom), net

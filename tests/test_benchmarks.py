@@ -25,7 +25,7 @@ from benchmarks import harness, workloads  # noqa: E402
 from benchmarks.__main__ import main as bench_main  # noqa: E402
 
 NAMES = {"appgm", "appgm_scale", "bayes", "cgm", "cli_cache", "converge", "coverage", "em_variants",
-         "gibbs", "mechanisms", "oracle", "scale", "stopping", "synth_memory"}
+         "gibbs", "mechanisms", "nuts_fit", "oracle", "scale", "stopping", "synth_memory"}
 SHARED = {"harness", "workloads"}
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -335,7 +338,8 @@ def test_nuts_fit_and_posterior_synth(tmp_path, labelled):
     _ok(["release", folder / "titanic.csv", "--domain", folder / "domain.json",
          "--clique", "Pclass,Survived", "--clique", "Sex,Survived", "--epsilon", "1",
          "--seed", 3, "-o", meas])
-    out = _ok(["fit", meas, "--method", "nuts", "--iters", 60, "--chains", 1, "-o", post])
+    out = _ok(["fit", meas, "--method", "nuts", "--iters", 60, "--chains", 1, "--time-limit", 0,
+               "-o", post])
     assert "60 posterior draws" in out and "R-hat" in out
     saved = load_model(post)
     assert saved.model.batch_shape == (60,)
@@ -659,7 +663,7 @@ def test_nuts_says_its_path_and_shows_progress_when_not_a_terminal(tmp_path, mon
          "Sex,Survived", "--epsilon", "1", "--seed", "0"])
     monkeypatch.setattr(_progress, "PROGRESS_EVERY", 0.0)
     output = _ok(["fit", meas, "--method", "nuts", "--iters", 20, "--chains", 1, "--path", path,
-                  "-o", post])
+                  "--time-limit", 0, "-o", post])
     lines = [line for line in output.splitlines() if line.startswith("progress: ")]
     assert any(line.startswith(f"progress: NUTS, {path} path: 1 chain(s) × (20 warm-up + 20 "
                                "draws): warmup step 20 (") for line in lines)
@@ -675,6 +679,39 @@ def test_nuts_says_its_path_and_shows_progress_when_not_a_terminal(tmp_path, mon
            "unknown --path 'both'", tmp_path / "x.json")
 
 
+def test_nuts_draws_batches_until_converged_within_the_time_limit(tmp_path):
+    """By default ``dpgm fit --method nuts`` keeps drawing batches of ``--iters`` draws per
+    chain while R-hat > 1.01 or bulk ESS < 400, says so, and the provenance counts them."""
+    meas, post = tmp_path / "m.json", tmp_path / "post.json"
+    _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "-o", meas, "--clique",
+         "Sex,Survived", "--epsilon", "1", "--seed", "0"])
+    output = _ok(["fit", meas, "--method", "nuts", "--iters", 40, "--chains", 2, "-o", post])
+    options = json.loads(post.read_text())["provenance"]["options"]
+    assert options["batches"] >= 1 and options["time_limit"] == 600
+    assert options["draws"] == 80 * (1 + options["batches"])
+    assert options["max_rhat"] <= 1.01 and options["min_ess_bulk"] >= 400
+    assert f"{options['draws']} posterior draws (2 chain(s), {options['batches']} more " in output
+    assert re.search(r"after 80 draws: worst R-hat \d\.\d{3}, smallest bulk ESS \d+ \(aim: "
+                     r"≤ 1\.01 and ≥ 400\); batch 1 of 40 more draws per chain", output)
+    _fails(["fit", meas, "--method", "nuts", "--time-limit", -1, "-o", tmp_path / "x.json"],
+           "--time-limit must be 0 or more seconds", tmp_path / "x.json")
+
+
+def test_nuts_runs_its_chains_in_parallel_in_a_fresh_process(tmp_path):
+    """A fresh ``dpgm fit --method nuts`` gives JAX one CPU device per chain before it starts,
+    so that the chains run in parallel; the provenance says how they ran."""
+    meas, post = tmp_path / "m.json", tmp_path / "post.json"
+    _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "-o", meas, "--clique",
+         "Sex,Survived", "--epsilon", "1", "--seed", "0"])
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    done = subprocess.run([sys.executable, "-m", "numpyro_dpgm.cli", "fit", str(meas),
+                           "--method", "nuts", "--iters", "30", "--time-limit", "0", "-o",
+                           str(post)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    options = json.loads(post.read_text())["provenance"]["options"]
+    assert options["chain_method"] == "parallel" and options["draws"] == 60
+
+
 def test_nuts_with_the_conditional_coding(tmp_path):
     """``--coding conditional`` puts the prior on the junction tree's conditionals (reference
     levels from the release) and the provenance says so; bad uses fail before writing."""
@@ -682,7 +719,7 @@ def test_nuts_with_the_conditional_coding(tmp_path):
     _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "-o", meas, "--clique",
          "Sex,Survived", "--epsilon", "1", "--seed", "0"])
     output = _ok(["fit", meas, "--method", "nuts", "--iters", 20, "--chains", 1, "--path",
-                  "relaxed", "--coding", "conditional", "-o", post])
+                  "relaxed", "--coding", "conditional", "--time-limit", 0, "-o", post])
     assert "NUTS path: relaxed" in output
     options = json.loads(post.read_text())["provenance"]["options"]
     assert options["coding"] == "conditional" and options["draws"] == 20

@@ -88,6 +88,7 @@ LAYERS = {
     "numpyro_dpgm.infer.bayes.interweave": INFER,
     "numpyro_dpgm.infer.bayes.gibbs": INFER,
     "numpyro_dpgm.infer.bayes.checks": INFER,
+    "numpyro_dpgm.infer.bayes.extend": INFER,
     "numpyro_dpgm.infer.bayes.nuts": INFER,
     "numpyro_dpgm.infer.bayes.svi": INFER,
     "numpyro_dpgm.infer.diagnostics": INFER,

@@ -54,7 +54,12 @@ def fit(
              "prox-pgm, default 1000; L-BFGS iterations for naive, default 1000; SVI steps for "
              "posterior-mean, default 2000), NUTS draws per chain for nuts (default 500, after "
              "as many warm-up steps)")] = None,
-    chains: Annotated[int, typer.Option(help="NUTS chains (nuts only)")] = 2,
+    chains: Annotated[int, typer.Option(
+        help="NUTS chains (nuts only), run in parallel, one CPU device each")] = 2,
+    time_limit: Annotated[float, typer.Option(
+        help="nuts only: seconds within which to keep drawing batches of --iters more draws "
+             "per chain (no new warm-up) while some parameter's split R-hat is above 1.01 or "
+             "its bulk ESS below 400; 0 for exactly --iters draws")] = 600.0,
     path: Annotated[str, typer.Option(
         help="nuts only: exact (an exact Gibbs update of the latent count tables inside NUTS), "
              "relaxed (the continuous relaxation of the counts), normal (the normal relaxation: "
@@ -100,6 +105,10 @@ def fit(
             raise ValueError(f"--total must be positive, got {total}")
         if chains < 1:
             raise ValueError(f"--chains must be at least 1, got {chains}")
+        if not time_limit >= 0:
+            raise ValueError(f"--time-limit must be 0 or more seconds, got {time_limit}")
+        if method == "nuts":
+            _device_per_chain(chains)
         if path not in NUTS_PATHS:
             raise ValueError(f"unknown --path {path!r}; choose one of {list(NUTS_PATHS)}")
         if coding not in CODINGS:
@@ -124,7 +133,7 @@ def fit(
         t0 = time.perf_counter()
         if method == "nuts":
             result, options = _run_nuts(saved.measurements, network, n, iters or 500, chains,
-                                        seed, path, coding)
+                                        seed, path, coding, time_limit)
         else:
             # an estimated N is the estimator's own (rounded where latent counts need an integer)
             result, options = _run_fit(method, saved.measurements, network,
@@ -146,8 +155,11 @@ def fit(
         save_model(out, result, categories=saved.categories, total=n, provenance=provenance,
                    domain=saved.domain)
     if method == "nuts":
-        summary = (f"{options['draws']} posterior draws ({chains} chain(s), {options['path']} "
-                   f"path: {options['path_reason']}), worst R-hat {options['max_rhat']:.3f}, "
+        more = (f", {options['batches']} more batch(es) of {options['warmup']} after the first "
+                "to converge" if options["batches"] else "")
+        summary = (f"{options['draws']} posterior draws ({chains} chain(s){more}, "
+                   f"{options['path']} path: {options['path_reason']}), worst R-hat "
+                   f"{options['max_rhat']:.3f}, "
                    f"smallest bulk ESS {options['min_ess_bulk']:.0f}, "
                    f"{options['divergences']} divergences, {options['max_depth_hits']} draws at "
                    "the maximum tree depth")
@@ -185,12 +197,31 @@ def _stop_status(result: Any) -> str:
     return "iteration limit reached" if reason == "iteration limit" else f"not converged ({reason})"
 
 
+def _device_per_chain(chains: int) -> None:
+    """One CPU device per NUTS chain, so that ``run_nuts`` runs the chains in parallel: JAX's
+    ``jax_num_cpu_devices``, set before JAX starts its backends unless set already (here or by
+    ``XLA_FLAGS``); where JAX has started (the command called inside a running program), the
+    chains run one after another."""
+    import os
+
+    import jax
+
+    if (chains < 2 or jax.config.jax_num_cpu_devices >= 0
+            or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")):
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", chains)
+    except RuntimeError:  # JAX's backends have started
+        pass
+
+
 def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, chains: int,
-              seed: int, path: str = "auto",
-              coding: str = "auto") -> tuple[Any, dict[str, Any]]:
+              seed: int, path: str = "auto", coding: str = "auto",
+              time_limit: float = 0.0) -> tuple[Any, dict[str, Any]]:
     """Posterior draws of the record model (:func:`numpyro_dpgm.infer.bayes.run_nuts`) as one
     batched MarkovRandomField, with the path that ran and the convergence figures the provenance
-    keeps (``run_nuts`` warns, naming the remedy, where they fall short)."""
+    keeps (``run_nuts`` warns, naming the remedy, where they fall short); with ``time_limit``,
+    batches of ``draws`` more per chain until converged or out of time."""
     import jax
     import numpy as np
 
@@ -212,19 +243,34 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
     err_console.print(f"NUTS path: {chosen} ({reason})", highlight=False, soft_wrap=True)
     if chosen == "normal":
         bayes = bayes.with_relaxation("normal")
+    until = (f", then batches of {draws} more until converged (up to {time_limit:g} s)"
+             if time_limit else "")
     with _mcmc_progress(f"NUTS, {chosen} path: {chains} chain(s) × ({draws} warm-up + {draws} "
-                        "draws)") as bar:
+                        f"draws){until}") as bar:
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
                         num_chains=chains, init=start, progress_bar=bar,
-                        exact=chosen == "exact")
+                        exact=chosen == "exact", time_limit=time_limit or None,
+                        callback=_batch_line)
     figures = mcmc.convergence
     divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
-    options = {"draws": draws * chains, "warmup": draws, "chains": chains, "seed": seed,
+    options = {"draws": figures.num_draws or draws * chains * (1 + mcmc.batches),
+               "warmup": draws, "chains": chains, "seed": seed,
+               "time_limit": time_limit, "batches": mcmc.batches,
+               "chain_method": mcmc.chain_method,
                "coding": bayes.coding.name, "path": mcmc.path, "path_reason": reason,
                "relaxation": mcmc.model.relaxation if mcmc.path != "exact" else None,
                "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,
                "max_depth_hits": figures.max_depth_hits, "divergences": divergences}
     return posterior_models(mcmc, network), options
+
+
+def _batch_line(mcmc: Any, batch: int) -> None:
+    """A line before each further batch of NUTS draws: where the run stands."""
+    fig = mcmc.convergence
+    err_console.print(f"after {fig.num_draws} draws: worst R-hat {fig.max_r_hat:.3f}, smallest "
+                      f"bulk ESS {fig.min_ess_bulk:.0f} (aim: ≤ 1.01 and ≥ 400); batch {batch} "
+                      f"of {mcmc.num_samples} more draws per chain", highlight=False,
+                      soft_wrap=True)
 
 
 def _run_fit(method: str, measurements: list[Any], network: Any, total: float | None,

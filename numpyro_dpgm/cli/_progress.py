@@ -107,13 +107,42 @@ class _StepLines:
         return None
 
 
+class _ChainLines:
+    """Stands in for ``tqdm.auto.tqdm`` in NumPyro's progress of chains run in parallel
+    (:func:`numpyro.util.progress_bar_factory`, one bar per chain, updated from the devices):
+    each chain's steps, warm-up and draws together, reported as ``advance_to(chain, step,
+    total)``."""
+
+    def __init__(self, advance_to: Callable[[int, int, int], None]) -> None:
+        self._advance_to = advance_to
+
+    def __call__(self, iterable: range, position: int = 0, **_: object) -> _ChainLines._Bar:
+        return self._Bar(self._advance_to, len(iterable), position)
+
+    class _Bar:
+        def __init__(self, advance_to: Callable[[int, int, int], None], total: int,
+                     chain: int) -> None:
+            self._advance_to, self._total, self._chain, self._done = advance_to, total, chain, 0
+
+        def update(self, steps: int) -> None:
+            self._done += int(steps)
+            self._advance_to(self._chain, self._done, self._total)
+
+        def set_description(self, text: str, refresh: bool = False) -> None:
+            return None
+
+        def close(self) -> None:
+            return None
+
+
 @contextmanager
 def _mcmc_progress(description: str) -> Iterator[bool]:
     """Progress of NumPyro's MCMC: yields the ``progress_bar`` argument to give it. On a terminal
     NumPyro's own bars (``True``); elsewhere ``progress:`` lines (:func:`_stage`) with the
-    chain's phase and step, fed by NumPyro's per-step loop in place of its bar; where that loop
-    is not found (another NumPyro) or NumPyro turns it off (it does when the environment has
-    ``CI`` or ``PYTEST_XDIST_WORKER``), the lines of the stage's start and end only."""
+    chain's phase and step, fed by NumPyro's per-step loop in place of its bar (chains one after
+    another) or by its per-chain bars (chains in parallel); where these are not found (another
+    NumPyro) or NumPyro turns them off (it does when the environment has ``CI`` or
+    ``PYTEST_XDIST_WORKER``), the lines of the stage's start and end only."""
     if err_console.is_terminal:
         err_console.print(description, highlight=False, soft_wrap=True)
         yield True
@@ -121,12 +150,15 @@ def _mcmc_progress(description: str) -> Iterator[bool]:
     import numpyro.util
 
     with _stage(description) as update:
-        if not hasattr(getattr(numpyro.util, "tqdm", None), "trange"):
+        if not (hasattr(getattr(numpyro.util, "tqdm", None), "trange")
+                and hasattr(numpyro.util, "tqdm_auto")):
             yield False
             return
-        original = numpyro.util.tqdm
+        originals = numpyro.util.tqdm, numpyro.util.tqdm_auto
         numpyro.util.tqdm = _StepLines(lambda i, phase: update(f"{description}: {phase} step {i}"))
+        numpyro.util.tqdm_auto = _ChainLines(
+            lambda chain, i, total: update(f"{description}: chain {chain}, step {i} of {total}"))
         try:
             yield True
         finally:
-            numpyro.util.tqdm = original
+            numpyro.util.tqdm, numpyro.util.tqdm_auto = originals

@@ -27,6 +27,8 @@ __all__ = [
     "ConvergenceWarning",
     "MAX_R_HAT",
     "MIN_ESS",
+    "TARGET_ESS",
+    "converged",
     "convergence_figures",
     "posterior_leak",
     "warn_convergence",
@@ -37,6 +39,8 @@ __all__ = [
 MAX_R_HAT = 1.01
 #: Bulk ESS below this warns.
 MIN_ESS = 100.0
+#: Bulk ESS that ``run_nuts(..., time_limit=…)`` draws batches for (with R-hat ≤ 1.01).
+TARGET_ESS = 400.0
 
 
 class ConvergenceWarning(UserWarning):
@@ -130,6 +134,12 @@ def convergence_figures(
             depth = np.log2(np.maximum(steps, 1)).astype(int) + 1
             hits = int(np.sum(depth >= max_tree_depth))
     return ConvergenceFigures(rmax, emin, worst, hits, total)
+
+
+def converged(figures: ConvergenceFigures, min_ess: float = TARGET_ESS) -> bool:
+    """Whether every parameter's split R-hat is at most 1.01 and its bulk ESS at least
+    ``min_ess`` (false where they could not be computed)."""
+    return bool(figures.max_r_hat <= MAX_R_HAT and figures.min_ess_bulk >= min_ess)
 
 
 def warn_convergence(figures: ConvergenceFigures, path: str, stacklevel: int = 3) -> None:

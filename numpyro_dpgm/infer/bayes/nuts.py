@@ -20,6 +20,7 @@ the run has not converged (:mod:`.checks`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,8 +32,16 @@ from numpyro.infer import MCMC, NUTS
 from ..._deprecation import renamed_key
 from ...distributions.cgm import CollectiveGraphicalModel
 from ...distributions.relaxation import LEAK_TOLERANCE
-from .checks import convergence_figures, posterior_leak, warn_convergence, warn_relaxed_leak
+from .checks import (
+    TARGET_ESS,
+    converged,
+    convergence_figures,
+    posterior_leak,
+    warn_convergence,
+    warn_relaxed_leak,
+)
 from .conditional import ConditionalCoding
+from .extend import draw_until
 from .gibbs import exact_kernel
 from .initialization import _init_values, init_to_interior
 from .interweave import released_noise_share
@@ -177,7 +186,7 @@ def run_nuts(
     num_chains: int = 4,
     init: str | Mapping[str, Array] = "uniform",
     radius: float = 0.5,
-    chain_method: str = "sequential",
+    chain_method: str = "auto",
     progress_bar: bool = False,
     target_accept_prob: float = 0.8,
     dense_mass: bool | None = None,
@@ -186,6 +195,9 @@ def run_nuts(
     gibbs_moves: int | None = None,
     interweave: int | None = None,
     check: bool = True,
+    time_limit: float | None = None,
+    target_ess: float = TARGET_ESS,
+    callback: Callable[[MCMC, int], None] | None = None,
     **model_kwargs: Any,
 ) -> MCMC:
     """Posterior draws of a model of noisy marginals by NUTS, on the relaxed or the exact path.
@@ -205,8 +217,11 @@ def run_nuts(
         starting tables are a CGM draw of ``N`` records at the starting ``θ`` per chain.
     radius : float
         Jitter of each chain's start in the unconstrained space (:func:`init_to_interior`).
-    chain_method : {"sequential", "parallel", "vectorized"}
-        The exact path with ``θ`` inferred runs ``"vectorized"`` as ``"sequential"``
+    chain_method : {"auto", "sequential", "parallel", "vectorized"}
+        ``"auto"`` (default): ``"parallel"`` where JAX has a device per chain (on a CPU, set
+        ``numpyro.set_host_device_count(num_chains)`` before JAX starts; ``dpgm fit`` does),
+        else ``"sequential"``. The exact path with
+        ``θ`` inferred runs ``"vectorized"`` as ``"sequential"``
         (:class:`numpyro.infer.HMCGibbs` takes one key at a time).
     progress_bar : bool
     target_accept_prob, max_tree_depth :
@@ -240,6 +255,17 @@ def run_nuts(
         or draws hit the maximum tree depth, naming the remedy; and on the relaxed path of a
         :class:`NoisyMarginalsModel`, warn (``RelaxationWarning``) when the leak at the
         posterior mean ``θ`` exceeds the tolerance.
+    time_limit : float, optional
+        Seconds. After the first ``num_samples`` draws, keep drawing batches of
+        ``num_samples`` more per chain (:func:`~.extend.draw_until`: no new warm-up) while some
+        parameter's split R-hat exceeds 1.01 or its bulk ESS is below ``target_ess``, as long
+        as the next batch is expected to end within ``time_limit`` of the call's start.
+        ``None`` (default): exactly ``num_samples`` draws per chain.
+    target_ess : float
+        The bulk ESS that ``time_limit``'s batches aim for (default 400).
+    callback : callable, optional
+        ``callback(mcmc, batch)`` before each further batch (progress; ``mcmc.convergence``
+        then holds the figures of the draws so far).
 
     Returns
     -------
@@ -252,8 +278,11 @@ def run_nuts(
         ``mcmc.path_reason`` (why),
         ``mcmc.model`` (the model sampled: on the exact path, ``model`` with
         ``relaxed=False``) and, with ``check``, ``mcmc.convergence`` (the
-        :class:`~numpyro_dpgm.infer.bayes.checks.ConvergenceFigures` the warnings are based on).
+        :class:`~numpyro_dpgm.infer.bayes.checks.ConvergenceFigures` the warnings are based on)
+        and ``mcmc.batches`` (the further batches ``time_limit`` drew).
     """
+    started = time.perf_counter()
+    method = _chain_method(chain_method, num_chains)
     values = _init_values(model, init)
     path, reason = choose_path(model, exact, values)
     if path != "exact":
@@ -265,9 +294,11 @@ def run_nuts(
         kernel = NUTS(sampled, init_strategy=init_to_interior(values=values, radius=radius),
                       target_accept_prob=target_accept_prob, dense_mass=bool(dense_mass),
                       max_tree_depth=max_tree_depth)
+        fields = NUTS_FIELDS
         mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
-                    num_chains=num_chains, chain_method=chain_method, progress_bar=progress_bar)
-        mcmc.run(rng_key, *model_args, extra_fields=NUTS_FIELDS, **model_kwargs)
+                    num_chains=num_chains, chain_method=method, progress_bar=progress_bar,
+                    progress_rate=1)
+        mcmc.run(rng_key, *model_args, extra_fields=fields, **model_kwargs)
     else:
         sampled = model.with_cgm(False)
         y = _observed(model, model_args, model_kwargs)
@@ -283,28 +314,52 @@ def run_nuts(
             target_accept_prob=target_accept_prob, dense_mass=dense_mass,
             max_tree_depth=max_tree_depth)
         fields = ("diverging",) + (NUTS_FIELDS if sampled.theta is None else ())
-        method = chain_method
         if method == "vectorized" and sampled.theta is None:
             method = "sequential"
         mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
-                    num_chains=num_chains, chain_method=method, progress_bar=progress_bar)
+                    num_chains=num_chains, chain_method=method, progress_bar=progress_bar,
+                    progress_rate=1)
         mcmc.run(rng_key, *model_args, extra_fields=fields, init_params={"n": n0},
                  **model_kwargs)
-    mcmc.path, mcmc.path_reason, mcmc.model = path, reason, sampled
+    mcmc.path, mcmc.path_reason, mcmc.model, mcmc.batches = path, reason, sampled, 0
+    if time_limit is not None:
+        spent = time.perf_counter() - started
+
+        def done(m: MCMC) -> bool:
+            m.convergence = _figures(m, sampled, max_tree_depth)
+            return converged(m.convergence, target_ess)
+
+        mcmc.batches = draw_until(mcmc, done, started + time_limit,
+                                  spent * num_samples / (num_warmup + num_samples), fields,
+                                  callback)
     if check:
         _check(mcmc, sampled, path, max_tree_depth)
     return mcmc
 
 
-def _check(mcmc: MCMC, model: Any, path: str, max_tree_depth: int) -> None:
+def _chain_method(chain_method: str, num_chains: int) -> str:
+    """``"auto"``: parallel where JAX has a device per chain, else sequential."""
+    if chain_method != "auto":
+        return chain_method
+    return "parallel" if 1 < num_chains <= jax.local_device_count() else "sequential"
+
+
+def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
+    """The run's :class:`~.checks.ConvergenceFigures` over the parameters (``φ``; ``n`` where
+    ``θ`` is fixed; a model of your own's sites but ``theta`` and ``mu``)."""
     samples = mcmc.get_samples(group_by_chain=True)
     if isinstance(model, NoisyMarginalsModel):
         sites = ["phi"] if model.theta is None else ["n"]
     else:
         sites = [k for k in samples if k not in ("theta", "mu")]
     steps = mcmc.get_extra_fields(group_by_chain=True).get("num_steps")
-    mcmc.convergence = convergence_figures(samples, sites, steps, max_tree_depth)
+    return convergence_figures(samples, sites, steps, max_tree_depth)
+
+
+def _check(mcmc: MCMC, model: Any, path: str, max_tree_depth: int) -> None:
+    mcmc.convergence = _figures(mcmc, model, max_tree_depth)
     warn_convergence(mcmc.convergence, path, stacklevel=5)
+    samples = mcmc.get_samples(group_by_chain=True)
     if path == "relaxed" and isinstance(model, NoisyMarginalsModel) and "theta" in samples:
         theta = np.asarray(samples["theta"])
         leaks = posterior_leak(model, theta.reshape((-1,) + theta.shape[2:]))

@@ -1,0 +1,150 @@
+"""More draws from where an MCMC run stopped: batches until it has converged or time is up.
+
+:func:`draw_more` continues a finished :class:`numpyro.infer.MCMC` run by a batch of draws per
+chain, each chain from its last state with the step size and mass matrix its warm-up adapted
+(no new warm-up), and appends them to the draws the run holds, so that ``get_samples``,
+``get_extra_fields`` and ArviZ see one run. :func:`draw_until` repeats it while a check of the
+draws says the run falls short and the next batch is expected to end within a time limit.
+Every draw after warm-up is a draw of the same Markov chain (the same kernel, step size and
+mass matrix), so a batch extends the chains; only the run's length then depends on its draws.
+
+>>> import jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist
+>>> from numpyro.infer import MCMC, NUTS
+>>> def model():
+...     numpyro.sample("x", dist.Normal(0.0, 1.0))
+>>> mcmc = MCMC(NUTS(model), num_warmup=100, num_samples=100, progress_bar=False)
+>>> mcmc.run(jax.random.key(0))
+>>> _ = draw_more(mcmc)
+>>> mcmc.get_samples()["x"].shape
+(200,)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from numpyro.infer import MCMC
+from numpyro.util import nested_attrgetter
+
+__all__ = ["draw_more", "draw_until"]
+
+
+def draw_more(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> float:
+    """Draw ``mcmc.num_samples`` more per chain after the run's last draw; append them.
+
+    Parameters
+    ----------
+    mcmc : numpyro.infer.MCMC
+        A run that has finished (``mcmc.run``), with any number of chains.
+    extra_fields : sequence of str
+        The ``extra_fields`` the run collected: the batches must collect the same.
+
+    Returns
+    -------
+    float
+        Seconds the batch took.
+
+    Notes
+    -----
+    NumPyro keeps the draws of its last ``run`` only, and a further ``run`` from
+    ``mcmc.last_state`` compiles its sampling loop anew for every chain. This function steps
+    the run's own kernel (``mcmc.sampler.sample`` with the run's model arguments) from
+    ``mcmc.last_state`` in one program per batch size, chains as the run ran them (one after
+    another, in parallel on one device each, or vectorised), compiled once per run and batch
+    size; it collects the fields the run collected (the sample field through the kernel's
+    ``postprocess_fn``, so deterministic sites too) and holds the earlier draws and the new ones
+    together, chain by chain, with the new last state.
+    """
+    if mcmc.last_state is None:
+        raise ValueError("draw_more continues a run: call mcmc.run(...) first")
+    fields = tuple(dict.fromkeys((mcmc.sampler.sample_field, *mcmc.sampler.default_fields,
+                                  *extra_fields)))
+    start = time.perf_counter()
+    last, states = _batch_program(mcmc, mcmc.num_samples, fields)(mcmc.last_state)
+    states = jax.block_until_ready(states)
+    seconds = time.perf_counter() - start
+    mcmc._last_state = last
+    mcmc._states = jax.tree.map(lambda a, b: np.concatenate([a, b], axis=1), mcmc._states,
+                                states)
+    mcmc._states_flat = None
+    return seconds
+
+
+def _batch_program(mcmc: MCMC, num_samples: int, fields: tuple[str, ...]) -> Callable:
+    """``state -> (last state, draws grouped by chain)``: ``num_samples`` steps of the run's
+    kernel per chain, compiled once per run, batch size and fields (kept on ``mcmc``)."""
+    programs = mcmc.__dict__.setdefault("_draw_more_programs", {})
+    key = (num_samples, fields)
+    if key in programs:
+        return programs[key]
+    sampler, args, kwargs = mcmc.sampler, mcmc._args, mcmc._kwargs
+    postprocess = sampler.postprocess_fn(args, kwargs)
+    getter = nested_attrgetter(*fields)
+
+    def collect(state: Any) -> dict[str, Any]:
+        values = list(getter(state)) if len(fields) > 1 else [getter(state)]
+        values[0] = postprocess(values[0])
+        return dict(zip(fields, values, strict=True))
+
+    def chain(state: Any) -> tuple[Any, dict[str, Any]]:
+        def step(carry: Any, _: None) -> tuple[Any, dict[str, Any]]:
+            carry = sampler.sample(carry, args, kwargs)
+            return carry, collect(carry)
+
+        return jax.lax.scan(step, state, None, length=num_samples)
+
+    if mcmc.num_chains == 1:
+        def one(state: Any) -> tuple[Any, dict[str, Any]]:
+            last, draws = chain(state)
+            return last, jax.tree.map(lambda x: x[None], draws)
+
+        program = jax.jit(one)
+    elif mcmc.chain_method == "parallel":
+        program = jax.pmap(chain)
+    elif mcmc.chain_method == "vectorized":
+        program = jax.jit(jax.vmap(chain))
+    else:
+        program = jax.jit(lambda states: jax.lax.map(chain, states))
+    programs[key] = program
+    return program
+
+
+def draw_until(
+    mcmc: MCMC, done: Callable[[MCMC], bool], deadline: float, first_batch: float,
+    extra_fields: Sequence[str] = (),
+    callback: Callable[[MCMC, int], None] | None = None,
+) -> int:
+    """Batches of :func:`draw_more` while ``done(mcmc)`` is false and time allows.
+
+    Parameters
+    ----------
+    mcmc : numpyro.infer.MCMC
+        A finished run.
+    done : callable
+        ``done(mcmc) -> bool``: true when the draws so far suffice (checked before each batch).
+    deadline : float
+        A time of :func:`time.perf_counter`: no batch starts that is expected to end later.
+    first_batch : float
+        Expected seconds of the first batch (later batches are expected to take as long as the
+        last one did).
+    extra_fields : sequence of str
+        As the run collected them.
+    callback : callable, optional
+        ``callback(mcmc, batch)`` before each batch (numbered from 1), after ``done`` said no.
+
+    Returns
+    -------
+    int
+        The batches drawn.
+    """
+    batches, expected = 0, first_batch
+    while not done(mcmc) and time.perf_counter() + expected <= deadline:
+        batches += 1
+        if callback is not None:
+            callback(mcmc, batches)
+        expected = draw_more(mcmc, extra_fields)
+    return batches

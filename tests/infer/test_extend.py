@@ -1,0 +1,132 @@
+"""More draws after a run (``draw_more``, ``draw_until``) and ``run_nuts(..., time_limit=)``.
+
+The batches must continue the chains (no new warm-up: the adapted step size is kept), hold the
+earlier draws and the new ones together for every reader of the run, and the continued chains
+must still sample the target: a Normal whose mean and variance are known.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC, NUTS
+
+from numpyro_dpgm import Laplace, MarkovNetwork, Measurement
+from numpyro_dpgm.infer.bayes import ConvergenceWarning, noisy_marginals_model, run_nuts
+from numpyro_dpgm.infer.bayes.checks import ConvergenceFigures, converged
+from numpyro_dpgm.infer.bayes.extend import draw_more, draw_until
+
+MEAN, SD = 1.5, 2.0
+
+
+def _normal_model():
+    numpyro.sample("x", dist.Normal(MEAN, SD))
+
+
+def _run(num_chains: int = 2, num_samples: int = 200) -> MCMC:
+    mcmc = MCMC(NUTS(_normal_model), num_warmup=200, num_samples=num_samples,
+                num_chains=num_chains, chain_method="sequential", progress_bar=False)
+    mcmc.run(jax.random.key(0), extra_fields=("adapt_state.step_size", "num_steps"))
+    return mcmc
+
+
+def test_draw_more_appends_a_batch_of_the_same_chains():
+    mcmc = _run()
+    first = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    step = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["adapt_state.step_size"])
+    seconds = draw_more(mcmc, ("adapt_state.step_size", "num_steps"))
+    assert seconds > 0
+    grouped = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])
+    assert grouped.shape == (2, 400)
+    np.testing.assert_array_equal(grouped[:, :200], first)  # the earlier draws are kept
+    assert not np.array_equal(grouped[:, 200:], first)
+    assert mcmc.get_samples()["x"].shape == (800,)  # flat: chains × draws
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    assert fields["num_steps"].shape == (2, 400)
+    # no new warm-up: every draw of the batch uses the step size each chain adapted
+    after = np.asarray(fields["adapt_state.step_size"])
+    np.testing.assert_allclose(after[:, 200:], np.repeat(step[:, -1:], 200, axis=1))
+
+
+def test_continued_chains_still_sample_the_target():
+    mcmc = _run(num_chains=2, num_samples=500)
+    for _ in range(3):
+        draw_more(mcmc, ("adapt_state.step_size", "num_steps"))
+    x = np.asarray(mcmc.get_samples()["x"])
+    assert x.shape == (4000,)
+    ess = float(numpyro.diagnostics.effective_sample_size(
+        np.asarray(mcmc.get_samples(group_by_chain=True)["x"])))
+    assert ess > 500
+    # mean within 5 Monte Carlo standard errors; sd within 10 %
+    assert abs(x.mean() - MEAN) < 5 * SD / np.sqrt(ess)
+    assert abs(x.std() / SD - 1) < 0.10
+
+
+def test_draw_more_needs_a_run():
+    mcmc = MCMC(NUTS(_normal_model), num_warmup=10, num_samples=10, progress_bar=False)
+    with pytest.raises(ValueError, match="call mcmc.run"):
+        draw_more(mcmc)
+
+
+def test_draw_until_stops_when_done_and_before_the_deadline():
+    mcmc = _run(num_chains=1, num_samples=50)
+    seen = []
+    batches = draw_until(mcmc, lambda m: m.get_samples()["x"].shape[0] >= 200,
+                         time.perf_counter() + 600, 0.0, ("adapt_state.step_size", "num_steps"),
+                         callback=lambda m, b: seen.append((b, m.get_samples()["x"].shape[0])))
+    assert batches == 3 and seen == [(1, 50), (2, 100), (3, 150)]
+    assert mcmc.get_samples()["x"].shape == (200,)
+    # a batch expected to end after the deadline does not start
+    assert draw_until(mcmc, lambda m: False, time.perf_counter() + 5.0, 10.0,
+                      ("adapt_state.step_size", "num_steps")) == 0
+    assert mcmc.get_samples()["x"].shape == (200,)
+
+
+def test_converged_needs_both_rhat_and_ess():
+    assert converged(ConvergenceFigures(1.009, 401.0, "phi[0]", 0, 1000))
+    assert not converged(ConvergenceFigures(1.011, 900.0, "phi[0]", 0, 1000))
+    assert not converged(ConvergenceFigures(1.001, 399.0, "phi[0]", 0, 1000))
+    assert not converged(ConvergenceFigures(float("nan"), float("nan"), "", 0, 0))
+    assert converged(ConvergenceFigures(1.001, 120.0, "phi[0]", 0, 1000), min_ess=100)
+
+
+def _tiny_model():
+    net = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])
+    y = np.array([30.0, 52.0, 21.0, 44.0, 12.0, 41.0])
+    return noisy_marginals_model(net, [Measurement(("a", "b"), y, Laplace(2.0))], 200)
+
+
+def test_run_nuts_draws_batches_until_converged():
+    model = _tiny_model()
+    with pytest.warns(ConvergenceWarning):
+        fixed = run_nuts(model, jax.random.key(3), num_warmup=100, num_samples=50,
+                         num_chains=2, exact=False)
+    assert fixed.batches == 0 and fixed.get_samples()["phi"].shape[0] == 100
+    assert not converged(fixed.convergence)  # 100 draws cannot give a bulk ESS of 400
+    mcmc = run_nuts(model, jax.random.key(3), num_warmup=100, num_samples=50, num_chains=2,
+                    exact=False, time_limit=300)
+    assert mcmc.batches >= 1
+    assert mcmc.get_samples()["phi"].shape[0] == 100 * (1 + mcmc.batches)
+    assert mcmc.convergence.num_draws == 100 * (1 + mcmc.batches)
+    assert converged(mcmc.convergence)
+    # it stopped at the first batch that met the aim
+    shorter = mcmc.get_samples(group_by_chain=True)
+    from numpyro_dpgm.infer.bayes.checks import convergence_figures
+
+    cut = {k: v[:, :-50] for k, v in shorter.items()}
+    assert not converged(convergence_figures(cut, ["phi"]))
+
+
+def test_run_nuts_auto_chain_method_follows_the_devices():
+    from numpyro_dpgm.infer.bayes.nuts import _chain_method
+
+    devices = jax.local_device_count()
+    assert _chain_method("auto", 1) == "sequential"
+    assert _chain_method("auto", devices + 1) == "sequential"
+    assert _chain_method("auto", 2) == ("parallel" if devices >= 2 else "sequential")
+    assert _chain_method("vectorized", 2) == "vectorized"
