@@ -71,6 +71,9 @@ def _write_data(folder: Path, model: str, data: str, seed: int) -> tuple[Path, P
 
 
 def main(args: argparse.Namespace) -> int:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # the records drawn from the fitted model
     record = new_record("nuts_fit", vars(args) | {"out": str(args.out)}, rows=[])
     rows = record["rows"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
             for data in args.data.split(","):
                 csv, domain, network = _write_data(tmp, model, data, args.seed)
                 for eps in args.eps.split(","):
-                    meas, fitted = tmp / "m.json", tmp / "model.json"
+                    meas, fitted = tmp / f"{model}-{data}-{eps}.json", tmp / "model.json"
                     release = ["release", csv, "--domain", domain, "--epsilon", eps, "--seed",
                                args.seed + 7, "--force", "-o", meas]
                     for clique in network.cliques:
