@@ -685,16 +685,38 @@ def test_nuts_draws_batches_until_converged_within_the_time_limit(tmp_path):
     meas, post = tmp_path / "m.json", tmp_path / "post.json"
     _ok(["release", TITANIC, "--domain", TITANIC_DOMAIN, "-o", meas, "--clique",
          "Sex,Survived", "--epsilon", "1", "--seed", "0"])
-    output = _ok(["fit", meas, "--method", "nuts", "--iters", 40, "--chains", 2, "-o", post])
+    output = _ok(["fit", meas, "--method", "nuts", "--iters", 40, "--chains", 2, "--keep-draws",
+                  100, "-o", post])
     options = json.loads(post.read_text())["provenance"]["options"]
     assert options["batches"] >= 1 and options["time_limit"] == 600
     assert options["draws"] == 80 * (1 + options["batches"])
+    # the model file keeps 100 draws, evenly spaced; R-hat and ESS are those of all draws
+    assert options["draws_kept"] == 100 and load_model(post).model.batch_shape == (100,)
+    assert (f"the model file keeps 100 of the {options['draws']} draws, evenly spaced "
+            "(--keep-draws)") in output
     assert options["max_rhat"] <= 1.01 and options["min_ess_bulk"] >= 400
-    assert f"{options['draws']} posterior draws (2 chain(s), {options['batches']} more " in output
+    assert (f"{options['draws']} posterior draws (2 chain(s), then {options['batches']} further "
+            "batch(es) of 40 draws per chain to converge") in output
     assert re.search(r"after 80 draws: worst R-hat \d\.\d{3}, smallest bulk ESS \d+ \(aim: "
                      r"≤ 1\.01 and ≥ 400\); batch 1 of 40 more draws per chain", output)
     _fails(["fit", meas, "--method", "nuts", "--time-limit", -1, "-o", tmp_path / "x.json"],
            "--time-limit must be 0 or more seconds", tmp_path / "x.json")
+    _fails(["fit", meas, "--method", "nuts", "--keep-draws", -1, "-o", tmp_path / "x.json"],
+           "--keep-draws must be 0 (all) or more", tmp_path / "x.json")
+
+
+def test_parallel_chains_report_their_steps_as_lines():
+    """NumPyro's per-chain bars of parallel chains (``tqdm_auto(range(total), position=chain)``,
+    updated by increments) become ``advance_to(chain, step, total)``."""
+    from numpyro_dpgm.cli._progress import _ChainLines
+
+    seen = []
+    bar = _ChainLines(lambda *a: seen.append(a))(range(10), position=1)
+    bar.set_description("Compiling.. ", refresh=True)
+    for step in (0, 5, 5):
+        bar.update(step)
+    bar.close()
+    assert seen == [(1, 0, 10), (1, 5, 10), (1, 10, 10)]
 
 
 def test_nuts_runs_its_chains_in_parallel_in_a_fresh_process(tmp_path):

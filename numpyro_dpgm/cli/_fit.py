@@ -57,9 +57,13 @@ def fit(
     chains: Annotated[int, typer.Option(
         help="NUTS chains (nuts only), run in parallel, one CPU device each")] = 2,
     time_limit: Annotated[float, typer.Option(
-        help="nuts only: seconds within which to keep drawing batches of --iters more draws "
-             "per chain (no new warm-up) while some parameter's split R-hat is above 1.01 or "
-             "its bulk ESS below 400; 0 for exactly --iters draws")] = 600.0,
+        help="nuts only: seconds from the command's start within which to keep drawing "
+             "batches of --iters more draws per chain (no new warm-up) while some parameter's "
+             "split R-hat is above 1.01 or its bulk ESS below 400; 0 for exactly --iters "
+             "draws")] = 600.0,
+    keep_draws: Annotated[int, typer.Option(
+        help="nuts only: posterior draws kept in the model file, evenly spaced over every "
+             "chain's draws (R-hat and ESS are computed on all of them); 0 keeps all")] = 1000,
     path: Annotated[str, typer.Option(
         help="nuts only: exact (an exact Gibbs update of the latent count tables inside NUTS), "
              "relaxed (the continuous relaxation of the counts), normal (the normal relaxation: "
@@ -90,6 +94,7 @@ def fit(
     force: Force = False,
 ) -> None:
     """Fit a graphical model over the released cliques: writes a model file."""
+    started = time.perf_counter()
     from ..infer.bayes.model import CODINGS
     from ..io import load_measurements, save_model
     from ..measurements import estimate_total
@@ -107,6 +112,8 @@ def fit(
             raise ValueError(f"--chains must be at least 1, got {chains}")
         if not time_limit >= 0:
             raise ValueError(f"--time-limit must be 0 or more seconds, got {time_limit}")
+        if keep_draws < 0:
+            raise ValueError(f"--keep-draws must be 0 (all) or more, got {keep_draws}")
         if method == "nuts":
             _device_per_chain(chains)
         if path not in NUTS_PATHS:
@@ -133,7 +140,8 @@ def fit(
         t0 = time.perf_counter()
         if method == "nuts":
             result, options = _run_nuts(saved.measurements, network, n, iters or 500, chains,
-                                        seed, path, coding, time_limit)
+                                        seed, path, coding, time_limit, keep_draws,
+                                        started)
         else:
             # an estimated N is the estimator's own (rounded where latent counts need an integer)
             result, options = _run_fit(method, saved.measurements, network,
@@ -155,14 +163,17 @@ def fit(
         save_model(out, result, categories=saved.categories, total=n, provenance=provenance,
                    domain=saved.domain)
     if method == "nuts":
-        more = (f", {options['batches']} more batch(es) of {options['warmup']} after the first "
-                "to converge" if options["batches"] else "")
+        more = (f", then {options['batches']} further batch(es) of {options['warmup']} draws "
+                "per chain to converge" if options["batches"] else "")
         summary = (f"{options['draws']} posterior draws ({chains} chain(s){more}, "
                    f"{options['path']} path: {options['path_reason']}), worst R-hat "
                    f"{options['max_rhat']:.3f}, "
                    f"smallest bulk ESS {options['min_ess_bulk']:.0f}, "
                    f"{options['divergences']} divergences, {options['max_depth_hits']} draws at "
                    "the maximum tree depth")
+        if options["draws_kept"] < options["draws"]:
+            summary += (f"; the model file keeps {options['draws_kept']} of the "
+                        f"{options['draws']} draws, evenly spaced (--keep-draws)")
     else:
         summary = f"{result.iterations} iterations, {_stop_status(result)}"
     console.print(f"fitted {method} on {len(saved.measurements)} tables "
@@ -217,11 +228,14 @@ def _device_per_chain(chains: int) -> None:
 
 def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, chains: int,
               seed: int, path: str = "auto", coding: str = "auto",
-              time_limit: float = 0.0) -> tuple[Any, dict[str, Any]]:
+              time_limit: float = 0.0, keep_draws: int = 0,
+              started: float | None = None) -> tuple[Any, dict[str, Any]]:
     """Posterior draws of the record model (:func:`numpyro_dpgm.infer.bayes.run_nuts`) as one
     batched MarkovRandomField, with the path that ran and the convergence figures the provenance
     keeps (``run_nuts`` warns, naming the remedy, where they fall short); with ``time_limit``,
-    batches of ``draws`` more per chain until converged or out of time."""
+    batches of ``draws`` more per chain until converged or out of time (counted from
+    ``started``, a :func:`time.perf_counter` time, default now); at most ``keep_draws`` draws
+    (0: all), evenly spaced over the chains' draws, go into the model."""
     import jax
     import numpy as np
 
@@ -249,11 +263,16 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
                         f"draws){until}") as bar:
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
                         num_chains=chains, init=start, progress_bar=bar,
-                        exact=chosen == "exact", time_limit=time_limit or None,
+                        exact=chosen == "exact", time_limit=_left(time_limit, started),
                         callback=_batch_line)
     figures = mcmc.convergence
     divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
-    options = {"draws": figures.num_draws or draws * chains * (1 + mcmc.batches),
+    models = posterior_models(mcmc, network)
+    drawn = models.batch_shape[0]
+    if keep_draws and drawn > keep_draws:
+        kept = np.round(np.linspace(0, drawn - 1, keep_draws)).astype(int)
+        models = type(models)(models.network, models.theta[kept], method=models.method)
+    options = {"draws": drawn, "draws_kept": models.batch_shape[0],
                "warmup": draws, "chains": chains, "seed": seed,
                "time_limit": time_limit, "batches": mcmc.batches,
                "chain_method": mcmc.chain_method,
@@ -261,7 +280,16 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
                "relaxation": mcmc.model.relaxation if mcmc.path != "exact" else None,
                "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,
                "max_depth_hits": figures.max_depth_hits, "divergences": divergences}
-    return posterior_models(mcmc, network), options
+    return models, options
+
+
+def _left(time_limit: float, started: float | None) -> float | None:
+    """``run_nuts``'s ``time_limit``: what is left of ``time_limit`` seconds since ``started``
+    (``None``, exactly the first draws, for ``0``)."""
+    if not time_limit:
+        return None
+    spent = 0.0 if started is None else time.perf_counter() - started
+    return max(time_limit - spent, 0.0)
 
 
 def _batch_line(mcmc: Any, batch: int) -> None:

@@ -71,6 +71,11 @@ def test_draw_more_needs_a_run():
     mcmc = MCMC(NUTS(_normal_model), num_warmup=10, num_samples=10, progress_bar=False)
     with pytest.raises(ValueError, match="call mcmc.run"):
         draw_more(mcmc)
+    thinned = MCMC(NUTS(_normal_model), num_warmup=10, num_samples=10, thinning=2,
+                   progress_bar=False)
+    thinned.run(jax.random.key(0))
+    with pytest.raises(ValueError, match="without thinning"):
+        draw_more(thinned)
 
 
 def test_draw_until_stops_when_done_and_before_the_deadline():

@@ -41,7 +41,8 @@ def draw_more(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> float:
     mcmc : numpyro.infer.MCMC
         A run that has finished (``mcmc.run``), with any number of chains.
     extra_fields : sequence of str
-        The ``extra_fields`` the run collected: the batches must collect the same.
+        The ``extra_fields`` the run collected: the batches must collect the same (no removed
+        sites, ``"~z.…"``; the run must not thin its draws).
 
     Returns
     -------
@@ -61,6 +62,9 @@ def draw_more(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> float:
     """
     if mcmc.last_state is None:
         raise ValueError("draw_more continues a run: call mcmc.run(...) first")
+    if mcmc.thinning != 1 or any(f.startswith("~") for f in extra_fields):
+        raise ValueError("draw_more continues runs without thinning or removed sites "
+                         f"(thinning={mcmc.thinning}, extra_fields={tuple(extra_fields)})")
     fields = tuple(dict.fromkeys((mcmc.sampler.sample_field, *mcmc.sampler.default_fields,
                                   *extra_fields)))
     start = time.perf_counter()

@@ -220,9 +220,8 @@ def run_nuts(
     chain_method : {"auto", "sequential", "parallel", "vectorized"}
         ``"auto"`` (default): ``"parallel"`` where JAX has a device per chain (on a CPU, set
         ``numpyro.set_host_device_count(num_chains)`` before JAX starts; ``dpgm fit`` does),
-        else ``"sequential"``. The exact path with
-        ``θ`` inferred runs ``"vectorized"`` as ``"sequential"``
-        (:class:`numpyro.infer.HMCGibbs` takes one key at a time).
+        else ``"sequential"``. The exact path with ``θ`` inferred runs ``"vectorized"`` as
+        ``"sequential"`` (:class:`numpyro.infer.HMCGibbs` takes one key at a time).
     progress_bar : bool
     target_accept_prob, max_tree_depth :
         NUTS options.
@@ -277,7 +276,7 @@ def run_nuts(
         Set on it: ``mcmc.path`` (``"exact"``, ``"relaxed"`` or ``"normal"``),
         ``mcmc.path_reason`` (why),
         ``mcmc.model`` (the model sampled: on the exact path, ``model`` with
-        ``relaxed=False``) and, with ``check``, ``mcmc.convergence`` (the
+        ``relaxed=False``) and, with ``check`` or ``time_limit``, ``mcmc.convergence`` (the
         :class:`~numpyro_dpgm.infer.bayes.checks.ConvergenceFigures` the warnings are based on)
         and ``mcmc.batches`` (the further batches ``time_limit`` drew).
     """
@@ -332,8 +331,10 @@ def run_nuts(
         mcmc.batches = draw_until(mcmc, done, started + time_limit,
                                   spent * num_samples / (num_warmup + num_samples), fields,
                                   callback)
+    if check or time_limit is not None:
+        mcmc.convergence = _figures(mcmc, sampled, max_tree_depth)
     if check:
-        _check(mcmc, sampled, path, max_tree_depth)
+        _check(mcmc, sampled, path)
     return mcmc
 
 
@@ -356,8 +357,7 @@ def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
     return convergence_figures(samples, sites, steps, max_tree_depth)
 
 
-def _check(mcmc: MCMC, model: Any, path: str, max_tree_depth: int) -> None:
-    mcmc.convergence = _figures(mcmc, model, max_tree_depth)
+def _check(mcmc: MCMC, model: Any, path: str) -> None:
     warn_convergence(mcmc.convergence, path, stacklevel=5)
     samples = mcmc.get_samples(group_by_chain=True)
     if path == "relaxed" and isinstance(model, NoisyMarginalsModel) and "theta" in samples:
