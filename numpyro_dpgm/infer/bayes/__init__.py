@@ -6,7 +6,8 @@ parameters of :mod:`.coding` (the gauge) or on the junction tree's conditional l
 exact) and the released tables their noise; :mod:`.nuts` and :mod:`.svi` fit it from the interior
 starting points of :mod:`.initialization`. On the exact path :mod:`.gibbs` runs NUTS within
 Gibbs with the record swaps of :mod:`.records` (and the optional non-centred moves of
-:mod:`.interweave`); :mod:`.checks` warns on poor convergence and on leaky relaxed posteriors;
+:mod:`.interweave`); :mod:`.checks` warns on poor convergence and on leaky relaxed posteriors,
+and :mod:`.extend` draws further batches until a run has converged;
 :mod:`.labels` names the cells of a network's flat layout.
 """
 

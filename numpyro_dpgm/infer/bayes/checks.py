@@ -5,7 +5,9 @@ R-hat (the larger of the bulk and folded versions, Vehtari et al. 2021, as ArviZ
 the bulk effective sample size (NumPyro's ESS estimator on rank-normalised draws), and counts
 the draws that hit NUTS's maximum tree depth; :func:`warn_convergence` warns
 (:class:`ConvergenceWarning`) when R-hat exceeds 1.01, the bulk ESS is below 100 or a draw hit
-the maximum depth, naming the remedy. :func:`warn_relaxed_leak` warns
+the maximum depth, naming the remedy; :func:`converged` says whether a run meets the aim that
+``run_nuts(..., time_limit=…)`` draws batches for (R-hat ≤ 1.01, bulk ESS ≥ 400).
+:func:`warn_relaxed_leak` warns
 (:class:`~numpyro_dpgm.distributions.relaxation.RelaxationWarning`) when a relaxed posterior's
 mean ``θ`` makes the relaxed CGM leak more than the tolerance into near-empty cells.
 """

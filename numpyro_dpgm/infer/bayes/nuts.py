@@ -15,7 +15,8 @@ Two paths sample the posterior of a :class:`~.model.NoisyMarginalsModel`:
 ``θ`` exceeds the tolerance (1 % of ``N`` in some table) or where the release pins the counts
 (:func:`choose_path`), says which path ran
 (``mcmc.path``, ``mcmc.path_reason``), warns when a relaxed posterior leaks, and warns when
-the run has not converged (:mod:`.checks`).
+the run has not converged (:mod:`.checks`); with ``time_limit`` it first draws further batches
+until the run has converged or time is up (:mod:`.extend`).
 """
 
 from __future__ import annotations
