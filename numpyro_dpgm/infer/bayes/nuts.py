@@ -259,7 +259,9 @@ def run_nuts(
         Seconds. After the first ``num_samples`` draws, keep drawing batches of
         ``num_samples`` more per chain (:func:`~.extend.draw_until`: no new warm-up) while some
         parameter's split R-hat exceeds 1.01 or its bulk ESS is below ``target_ess``, as long
-        as the next batch is expected to end within ``time_limit`` of the call's start.
+        as the next batch is expected to end within ``time_limit`` of the call's start (the
+        first one is expected to take as long as warm-up and first draws together, later ones
+        as long as the last batch).
         ``None`` (default): exactly ``num_samples`` draws per chain.
     target_ess : float
         The bulk ESS that ``time_limit``'s batches aim for (default 400).
@@ -329,10 +331,11 @@ def run_nuts(
             m.convergence = _figures(m, sampled, max_tree_depth)
             return converged(m.convergence, target_ess)
 
-        mcmc.batches = draw_until(mcmc, done, started + time_limit,
-                                  spent * num_samples / (num_warmup + num_samples), fields,
-                                  callback)
-    if check or time_limit is not None:
+        # the first batch is expected to take as long as warm-up and draws together: draws
+        # after warm-up can cost more steps than the early warm-up's (on Adult's 842-cell
+        # release, every one at the maximum tree depth), and the time limit is a bound
+        mcmc.batches = draw_until(mcmc, done, started + time_limit, spent, fields, callback)
+    if check and time_limit is None:  # draw_until's last check saw every draw
         mcmc.convergence = _figures(mcmc, sampled, max_tree_depth)
     if check:
         _check(mcmc, sampled, path)
