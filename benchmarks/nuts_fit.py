@@ -3,16 +3,16 @@
 For each model (``--models``: ``small``, 97 cells; ``mid``, 842 cells: networks of edges of the
 demo's tree with their one-way tables, :data:`benchmarks.workloads.ADULT_EDGES`), each data set
 (``--data``: ``adult``, the bundled 48,842 records; or a number of records drawn from the
-junction-tree MLE of Adult's tables, e.g. ``250000``) and each ``--eps``, the records are
-written to a CSV file, released with ``dpgm release`` (Laplace, the seeded simulation sampler)
-and fitted with ``dpgm fit --method nuts`` and no other option than ``--fit-options``: its
-defaults are 2 chains in parallel of 500 warm-up + 500 draws, then batches of 500 more per chain
-until every parameter's split R-hat is at most 1.01 and its bulk ESS at least 400, or until the
-next batch would end after ``--time-limit`` seconds (600). Each fit is timed as a whole process
-(imports, compilation, warm-up, draws); the row keeps the figures the model file's provenance
-records (path, draws, further batches, worst R-hat, smallest bulk ESS, draws at the maximum
-tree depth, divergences, how the chains ran), whether it met the aim, and the 1-minute load
-average before and after.
+junction-tree MLE of Adult's tables, e.g. ``250000``) and each ``--eps``, the records are written
+to a CSV file, released with ``dpgm release`` (Laplace, the seeded simulation sampler;
+``--release-options`` for others, e.g. ``"--mechanism gaussian --delta 1e-6"``) and fitted with
+``dpgm fit --method nuts`` and no other option than ``--fit-options``: its defaults are 2 chains in
+parallel of 500 warm-up + 500 draws, then batches of 500 more per chain until every parameter's
+split R-hat is at most 1.01 and its bulk ESS at least 400, or until the next batch would end after
+``--time-limit`` seconds (600). Each fit is timed as a whole process (imports, compilation,
+warm-up, draws); the row keeps the figures the model file's provenance records (path, draws,
+further batches, worst R-hat, smallest bulk ESS, draws at the maximum tree depth, divergences, how
+the chains ran), whether it met the aim, and the 1-minute load average before and after.
 
 Run ``python -m benchmarks nuts_fit [--models small,mid] [--data adult,250000] [--eps 1,0.1]``;
 writes ``nuts_fit-cpu.json`` and ``nuts_fit-cpu.csv``.
@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fit-options", default="",
                         help="further options of dpgm fit, e.g. '--time-limit 300'")
+    parser.add_argument("--release-options", default="",
+                        help="further options of dpgm release, e.g. '--mechanism gaussian "
+                             "--delta 1e-6' (default: Laplace)")
     add_out_argument(parser, "nuts_fit-cpu")
 
 
@@ -87,12 +90,14 @@ def main(args: argparse.Namespace) -> int:
                                args.seed + 7, "--force", "-o", meas]
                     for clique in network.cliques:
                         release += ["--clique", ",".join(clique)]
+                    release += args.release_options.split()
                     _dpgm(release)
                     load = load_1min()
                     seconds, stderr = _dpgm(["fit", meas, "--method", "nuts", "--force", "-o",
                                              fitted, *args.fit_options.split()])
                     options = json.loads(fitted.read_text())["provenance"]["options"]
                     row = {"model": model, "data": data, "eps": float(eps),
+                           "release_options": args.release_options,
                            "cells": network.num_params, "seconds": seconds,
                            "met": options["max_rhat"] <= 1.01 and options["min_ess_bulk"] >= 400,
                            **{k: options.get(k) for k in (

@@ -339,8 +339,9 @@ def test_nuts_fit_and_posterior_synth(tmp_path, labelled):
          "--clique", "Pclass,Survived", "--clique", "Sex,Survived", "--epsilon", "1",
          "--seed", 3, "-o", meas])
     out = _ok(["fit", meas, "--method", "nuts", "--iters", 60, "--chains", 1, "--time-limit", 0,
-               "-o", post])
+               "--target-accept", 0.9, "-o", post])
     assert "60 posterior draws" in out and "R-hat" in out
+    assert json.loads(post.read_text())["provenance"]["options"]["target_accept"] == 0.9
     saved = load_model(post)
     assert saved.model.batch_shape == (60,)
     # the posterior mean of P(Sex, Survived) is close to the confidential table (ε = 1 Laplace
@@ -703,6 +704,8 @@ def test_nuts_draws_batches_until_converged_within_the_time_limit(tmp_path):
            "--time-limit must be 0 or more seconds", tmp_path / "x.json")
     _fails(["fit", meas, "--method", "nuts", "--keep-draws", -1, "-o", tmp_path / "x.json"],
            "--keep-draws must be 0 (all) or more", tmp_path / "x.json")
+    _fails(["fit", meas, "--method", "nuts", "--target-accept", 1, "-o", tmp_path / "x.json"],
+           "--target-accept must lie strictly between 0 and 1", tmp_path / "x.json")
 
 
 def test_parallel_chains_report_their_steps_as_lines():

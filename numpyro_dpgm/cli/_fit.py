@@ -61,6 +61,9 @@ def fit(
              "batches of --iters more draws per chain (no new warm-up) while some parameter's "
              "split R-hat is above 1.01 or its bulk ESS below 400; 0 for exactly --iters "
              "draws")] = 600.0,
+    target_accept: Annotated[float, typer.Option(
+        help="nuts only: NUTS's target acceptance probability, which sets its step size; raise "
+             "it (e.g. 0.95) where draws diverge")] = 0.8,
     keep_draws: Annotated[int, typer.Option(
         help="nuts only: posterior draws kept in the model file, evenly spaced over every "
              "chain's draws (R-hat and ESS are computed on all of them); 0 keeps all")] = 1000,
@@ -114,6 +117,9 @@ def fit(
             raise ValueError(f"--time-limit must be 0 or more seconds, got {time_limit}")
         if keep_draws < 0:
             raise ValueError(f"--keep-draws must be 0 (all) or more, got {keep_draws}")
+        if not 0 < target_accept < 1:
+            raise ValueError(f"--target-accept must lie strictly between 0 and 1, got "
+                             f"{target_accept}")
         if method == "nuts":
             _device_per_chain(chains)
         if path not in NUTS_PATHS:
@@ -141,7 +147,7 @@ def fit(
         if method == "nuts":
             result, options = _run_nuts(saved.measurements, network, n, iters or 500, chains,
                                         seed, path, coding, time_limit, keep_draws,
-                                        started)
+                                        started, target_accept)
         else:
             # an estimated N is the estimator's own (rounded where latent counts need an integer)
             result, options = _run_fit(method, saved.measurements, network,
@@ -229,7 +235,8 @@ def _device_per_chain(chains: int) -> None:
 def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, chains: int,
               seed: int, path: str = "auto", coding: str = "auto",
               time_limit: float = 0.0, keep_draws: int = 0,
-              started: float | None = None) -> tuple[Any, dict[str, Any]]:
+              started: float | None = None,
+              target_accept: float = 0.8) -> tuple[Any, dict[str, Any]]:
     """Posterior draws of the record model (:func:`numpyro_dpgm.infer.bayes.run_nuts`) as one
     batched MarkovRandomField, with the path that ran and the convergence figures the provenance
     keeps (``run_nuts`` warns, naming the remedy, where they fall short); with ``time_limit``,
@@ -263,10 +270,10 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
                         f"draws){until}") as bar:
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
                         num_chains=chains, init=start, progress_bar=bar,
+                        target_accept_prob=target_accept,
                         exact=chosen == "exact", time_limit=_left(time_limit, started),
                         callback=_batch_line)
     figures = mcmc.convergence
-    divergences = int(np.sum(mcmc.get_extra_fields()["diverging"]))
     models = posterior_models(mcmc, network)
     drawn = models.batch_shape[0]
     if keep_draws and drawn > keep_draws:
@@ -274,12 +281,13 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
         models = type(models)(models.network, models.theta[kept], method=models.method)
     options = {"draws": drawn, "draws_kept": models.batch_shape[0],
                "warmup": draws, "chains": chains, "seed": seed,
+               "target_accept": target_accept,
                "time_limit": time_limit, "batches": mcmc.batches,
                "chain_method": mcmc.chain_method,
                "coding": bayes.coding.name, "path": mcmc.path, "path_reason": reason,
                "relaxation": mcmc.model.relaxation if mcmc.path != "exact" else None,
                "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,
-               "max_depth_hits": figures.max_depth_hits, "divergences": divergences}
+               "max_depth_hits": figures.max_depth_hits, "divergences": figures.divergences}
     return models, options
 
 

@@ -335,6 +335,10 @@ def test_convergence_figures_flag_stuck_chains():
     assert figures.max_r_hat > 1.05 and figures.worst.startswith("x[")
     steps = np.full((4, 500), 1023)
     assert convergence_figures(good, ["x"], steps, 10).max_depth_hits == 2000
+    diverging = np.zeros((4, 500), bool)
+    diverging[1, :7] = True
+    assert convergence_figures(good, ["x"], steps, 10, diverging).divergences == 7
+    assert convergence_figures(good, ["x"]).divergences == 0
 
 
 def test_exact_start_model_errors():

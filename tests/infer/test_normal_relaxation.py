@@ -114,3 +114,22 @@ def test_convergence_warning_names_the_normal_path_s_remedies():
     with pytest.warns(ConvergenceWarning, match="lgamma relaxation") as record:
         warn_convergence(figures, "normal")
     assert "gibbs_moves" not in str(record[0].message)
+
+
+def test_divergences_alone_warn_and_name_a_smaller_step():
+    import warnings
+
+    from numpyro_dpgm.infer.bayes.checks import (
+        ConvergenceFigures,
+        ConvergenceWarning,
+        warn_convergence,
+    )
+
+    with pytest.warns(ConvergenceWarning, match="93 of 19000 draws diverged") as record:
+        warn_convergence(ConvergenceFigures(1.005, 417.0, "phi[0]", 0, 19000, 93), "normal")
+    text = str(record[0].message)
+    assert "target_accept_prob=0.95" in text and "--target-accept 0.95" in text
+    assert "lgamma" not in text  # the run converged: only the divergences' remedy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_convergence(ConvergenceFigures(1.005, 417.0, "phi[0]", 0, 19000, 0), "normal")

@@ -3,11 +3,11 @@
 :func:`convergence_figures` computes, per scalar of the latent sites, the rank-normalised split
 R-hat (the larger of the bulk and folded versions, Vehtari et al. 2021, as ArviZ reports it) and
 the bulk effective sample size (NumPyro's ESS estimator on rank-normalised draws), and counts
-the draws that hit NUTS's maximum tree depth; :func:`warn_convergence` warns
-(:class:`ConvergenceWarning`) when R-hat exceeds 1.01, the bulk ESS is below 100 or a draw hit
-the maximum depth, naming the remedy; :func:`converged` says whether a run meets the aim that
-``run_nuts(..., time_limit=…)`` draws batches for (R-hat ≤ 1.01, bulk ESS ≥ 400).
-:func:`warn_relaxed_leak` warns
+the draws that hit NUTS's maximum tree depth and those that diverged; :func:`warn_convergence`
+warns (:class:`ConvergenceWarning`) when R-hat exceeds 1.01, the bulk ESS is below 100, a draw
+hit the maximum depth or a draw diverged, naming the remedy; :func:`converged` says whether a
+run meets the aim that ``run_nuts(..., time_limit=…)`` draws batches for (R-hat ≤ 1.01, bulk ESS
+≥ 400). :func:`warn_relaxed_leak` warns
 (:class:`~numpyro_dpgm.distributions.relaxation.RelaxationWarning`) when a relaxed posterior's
 mean ``θ`` makes the relaxed CGM leak more than the tolerance into near-empty cells.
 """
@@ -64,6 +64,9 @@ class ConvergenceFigures(NamedTuple):
         Draws (after warm-up, all chains) that hit the maximum tree depth.
     num_draws : int
         Draws, all chains.
+    divergences : int
+        Draws (after warm-up, all chains) whose trajectory diverged: the energy error blew up,
+        a sign of curvature the step size cannot follow, near which the draws may be biased.
     """
 
     max_r_hat: float
@@ -71,6 +74,7 @@ class ConvergenceFigures(NamedTuple):
     worst: str
     max_depth_hits: int
     num_draws: int
+    divergences: int = 0
 
 
 def _rank_normal(x: np.ndarray) -> np.ndarray:
@@ -97,9 +101,10 @@ def _rhat_ess(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def convergence_figures(
     samples: dict[str, Any], sites: list[str], num_steps: Any = None, max_tree_depth: int | None
-    = None,
+    = None, diverging: Any = None,
 ) -> ConvergenceFigures:
-    """The worst R-hat and bulk ESS over the scalars of ``sites``, and the maximum-depth hits.
+    """The worst R-hat and bulk ESS over the scalars of ``sites``, the maximum-depth hits and
+    the divergences.
 
     Parameters
     ----------
@@ -110,6 +115,8 @@ def convergence_figures(
     num_steps : array ``(chains, draws)``, optional
         NUTS's leapfrog steps per draw.
     max_tree_depth : int, optional
+    diverging : bool array ``(chains, draws)``, optional
+        NUTS's ``diverging`` field.
     """
     worst, rmax, emin = "", float("nan"), float("nan")
     for name in sites:
@@ -135,7 +142,8 @@ def convergence_figures(
         if max_tree_depth is not None:
             depth = np.log2(np.maximum(steps, 1)).astype(int) + 1
             hits = int(np.sum(depth >= max_tree_depth))
-    return ConvergenceFigures(rmax, emin, worst, hits, total)
+    divergences = 0 if diverging is None else int(np.sum(np.asarray(diverging)))
+    return ConvergenceFigures(rmax, emin, worst, hits, total, divergences)
 
 
 def converged(figures: ConvergenceFigures, min_ess: float = TARGET_ESS) -> bool:
@@ -145,7 +153,8 @@ def converged(figures: ConvergenceFigures, min_ess: float = TARGET_ESS) -> bool:
 
 
 def warn_convergence(figures: ConvergenceFigures, path: str, stacklevel: int = 3) -> None:
-    """Warn (:class:`ConvergenceWarning`) on R-hat > 1.01, bulk ESS < 100 or maximum depth.
+    """Warn (:class:`ConvergenceWarning`) on R-hat > 1.01, bulk ESS < 100, maximum depth or
+    divergences.
 
     ``path`` is ``"exact"``, ``"relaxed"`` or ``"normal"`` (the remedies differ).
     """
@@ -159,25 +168,34 @@ def warn_convergence(figures: ConvergenceFigures, path: str, stacklevel: int = 3
     if figures.max_depth_hits:
         problems.append(f"{figures.max_depth_hits} of {figures.num_draws} draws hit the maximum "
                         "tree depth")
+    remedies = [_remedy(path)] if problems else []
+    if figures.divergences:
+        problems.append(f"{figures.divergences} of {figures.num_draws} draws diverged, so the "
+                        "draws may miss or misweigh the regions of high curvature where they did")
+        remedies.append("for divergences, a smaller step: target_accept_prob=0.95 (dpgm fit: "
+                        "--target-accept 0.95)")
     if not problems:
         return
+    warnings.warn(f"run_nuts ({path} path): {'; '.join(problems)}. Remedy: "
+                  f"{'; '.join(remedies)}.", ConvergenceWarning, stacklevel=stacklevel)
+
+
+def _remedy(path: str) -> str:
+    """What to do when a run of ``path`` has not converged."""
     if path == "relaxed":
-        remedy = ("run the exact path, run_nuts(..., exact=True) (NUTS on θ and exact record "
-                  "swaps on n, for which the joint geometry of θ and n does not pin the step "
-                  "size), start from the NLBP-EM estimate (init=em_start(model)), or run more "
-                  "warm-up and draws")
-    elif path == "normal":
-        remedy = ("run more warm-up and draws, start from the NLBP-EM estimate "
-                  "(init=em_start(model)), or compare another path: the lgamma relaxation "
-                  "(exact=False on a model built with relaxation='lgamma') or the exact one "
-                  "(exact=True)")
-    else:
-        remedy = ("run more draws and warm-up (the exact path mixes slowly where the noise "
-                  "swamps a cell's count), more record swaps per step (gibbs_moves=, up to N), "
-                  "non-centred moves (interweave=), start from the NLBP-EM estimate "
-                  "(init=em_start(model)), or raise max_tree_depth if draws hit it")
-    warnings.warn(f"run_nuts ({path} path): {'; '.join(problems)}. Remedy: {remedy}.",
-                  ConvergenceWarning, stacklevel=stacklevel)
+        return ("run the exact path, run_nuts(..., exact=True) (NUTS on θ and exact record "
+                "swaps on n, for which the joint geometry of θ and n does not pin the step "
+                "size), start from the NLBP-EM estimate (init=em_start(model)), or run more "
+                "warm-up and draws")
+    if path == "normal":
+        return ("run more warm-up and draws, start from the NLBP-EM estimate "
+                "(init=em_start(model)), or compare another path: the lgamma relaxation "
+                "(exact=False on a model built with relaxation='lgamma') or the exact one "
+                "(exact=True)")
+    return ("run more draws and warm-up (the exact path mixes slowly where the noise "
+            "swamps a cell's count), more record swaps per step (gibbs_moves=, up to N), "
+            "non-centred moves (interweave=), start from the NLBP-EM estimate "
+            "(init=em_start(model)), or raise max_tree_depth if draws hit it")
 
 
 def posterior_leak(model: Any, theta: Any) -> dict:

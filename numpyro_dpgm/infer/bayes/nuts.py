@@ -251,10 +251,10 @@ def run_nuts(
         :func:`~numpyro_dpgm.infer.bayes.gibbs.default_interweave`, 0 for none).
     check : bool
         After the run, warn (:class:`~numpyro_dpgm.infer.bayes.checks.ConvergenceWarning`)
-        when a parameter's rank-normalised split R-hat exceeds 1.01, its bulk ESS is below 100
-        or draws hit the maximum tree depth, naming the remedy; and on the relaxed path of a
-        :class:`NoisyMarginalsModel`, warn (``RelaxationWarning``) when the leak at the
-        posterior mean ``θ`` exceeds the tolerance.
+        when a parameter's rank-normalised split R-hat exceeds 1.01, its bulk ESS is below 100,
+        draws hit the maximum tree depth or draws diverged, naming the remedy; and on the
+        relaxed path of a :class:`NoisyMarginalsModel`, warn (``RelaxationWarning``) when the
+        leak at the posterior mean ``θ`` exceeds the tolerance.
     time_limit : float, optional
         Seconds. After the first ``num_samples`` draws, keep drawing batches of
         ``num_samples`` more per chain (:func:`~.extend.draw_until`: no new warm-up) while some
@@ -357,8 +357,9 @@ def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
         sites = ["phi"] if model.theta is None else ["n"]
     else:
         sites = [k for k in samples if k not in ("theta", "mu")]
-    steps = mcmc.get_extra_fields(group_by_chain=True).get("num_steps")
-    return convergence_figures(samples, sites, steps, max_tree_depth)
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+    return convergence_figures(samples, sites, extra.get("num_steps"), max_tree_depth,
+                               extra.get("diverging"))
 
 
 def _check(mcmc: MCMC, model: Any, path: str) -> None:
