@@ -173,7 +173,7 @@ def warn_convergence(figures: ConvergenceFigures, path: str, stacklevel: int = 3
         problems.append(f"{figures.divergences} of {figures.num_draws} draws diverged, so the "
                         "draws may miss or misweigh the regions of high curvature where they did")
         remedies.append("for divergences, a smaller step: target_accept_prob=0.95 (dpgm fit: "
-                        "--target-accept 0.95)")
+                        "--target-accept 0.95); where they persist, compare another path")
     if not problems:
         return
     warnings.warn(f"run_nuts ({path} path): {'; '.join(problems)}. Remedy: "
