@@ -24,8 +24,9 @@ import benchmarks  # noqa: E402
 from benchmarks import harness, workloads  # noqa: E402
 from benchmarks.__main__ import main as bench_main  # noqa: E402
 
-NAMES = {"appgm", "appgm_scale", "bayes", "cgm", "cli_cache", "converge", "coverage", "em_variants",
-         "gibbs", "mechanisms", "nuts_fit", "oracle", "scale", "stopping", "synth_memory"}
+NAMES = {"appgm", "appgm_scale", "bayes", "cgm", "cgm_defaults", "cli_cache", "converge",
+         "coverage", "em_variants", "gibbs", "mechanisms", "nuts_fit", "oracle", "scale",
+         "stopping", "synth_memory"}
 SHARED = {"harness", "workloads"}
 
 
@@ -231,3 +232,24 @@ def test_stopping_runs_and_writes_one_row_per_rule(tmp_path: Path) -> None:
     assert all(0 < r["l1_mean"] < 2 for r in rows)
     with pytest.raises(SystemExit, match="--problems"):
         bench_main(["stopping", "--problems", "nope", "--out", str(tmp_path)])
+
+
+def test_cgm_defaults_compares_every_setting_with_naive_on_the_same_release(
+        tmp_path: Path) -> None:
+    """``python -m benchmarks cgm_defaults`` on one small release: one row per release with an
+    error and a time per setting and for naive MLE; a setting of one EM step from the naive fit
+    with one NLBP step cannot be exactly naive's fit, and its error is a KL (non-negative)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert bench_main(["cgm_defaults", "--data", "er", "--sizes", "500", "--epsilons", "1",
+                           "--seeds", "1", "--configs", "1:1", "4:3", "--out",
+                           str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "cgm_defaults.json").read_text())
+    (row,) = record["rows"]
+    assert row["data"] == "er N=500" and row["epsilon"] == 1.0
+    for label in ("naive", "1:1", "4:3"):
+        assert row[f"{label} error"] >= 0 and row[f"{label} s"] > 0
+    assert row["1:1 error"] != row["naive error"]
+    summary = record["summary"]["er N=500 eps=1"]
+    assert summary["4:3 / naive time (median)"] == pytest.approx(row["4:3 s"] / row["naive s"])
+    assert (tmp_path / "cgm_defaults.csv").exists()

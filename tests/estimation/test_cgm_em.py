@@ -106,7 +106,8 @@ def test_converged_flag_is_only_set_at_a_fixed_point(max_halvings: int) -> None:
     for seed, b in L1_CASES:
         y, opt, N = l1_problem(seed, b)
         res = cgm_em(identity_measurements(CHAIN, y, Laplace(b)), CHAIN, total_count=N,
-                     max_iters=100, init="zeros", tol=1e-10, max_halvings=max_halvings)
+                     max_iters=100, inner_iters=50, init="zeros", tol=1e-10,
+                     max_halvings=max_halvings)
         gap = np.abs(y - np.asarray(res.extras["n_hat"])).sum() - opt
         if res.converged:
             assert gap <= 1e-6, (seed, b, gap)
@@ -252,35 +253,52 @@ def third_order_chain(k: int) -> MarkovNetwork:
     return MarkovNetwork(dict.fromkeys(names, k), edges)
 
 
+def _chain_kls(values: int, N: int, eps: float, seeds: range,
+               **em_options: object) -> np.ndarray:
+    """KL(true ‖ fit) of naive MLE and CGM-EM per population of the third-order chain (10 nodes,
+    edges for 1 ≤ |i − j| ≤ 3, Dirichlet(1) edge potentials), every edge released with Laplace
+    noise b = 24/ε."""
+    net = third_order_chain(values)
+    kl = []
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        theta = np.concatenate([np.log(rng.dirichlet(np.ones(s))) for s in net.sizes])
+        truth = MarkovRandomField(net, theta)
+        n = np.asarray(net.features(truth.sample(jax.random.key(seed), (N,))))
+        b = len(net.cliques) / eps
+        meas = [Measurement(c, n[net.slice_of(c)] + rng.laplace(0, b, s), Laplace(b))
+                for c, s in zip(net.cliques, net.sizes, strict=True)]
+        naive = naive_mle(meas, net, total_count=N)
+        em = cgm_em(meas, net, total_count=N, **em_options)
+        kl.append((float(kl_divergence(truth, naive.model)), float(kl_divergence(truth, em.model))))
+    return np.asarray(kl)
+
+
 @pytest.mark.slow  # ~80 s of CPU (about 20 s of it compiling); over a minute on 2 cores
-def test_em_beats_naive_on_third_order_chains() -> None:
-    """10 nodes, edges for 1 ≤ |i − j| ≤ 3 (24), |X| = 10, Dirichlet(1) edge potentials,
-    N = 10⁴, Laplace b = 24/ε, five populations (seeds 0–4) per ε.
+def test_em_from_a_smooth_start_beats_naive_on_the_papers_chains() -> None:
+    """Seed 002's claim on its own models: |X| = 10, N = 10⁴, five populations per ε, CGM-EM
+    from a smooth naive start (4× the naive rule's λ, 50 NLBP steps per E-step: the settings
+    of the reproduction and the earlier default).
 
     Measured (KL(true ‖ fit), mean of 5): ε = 1: naive 1.232, EM 1.202; ε = 0.1: naive 6.100,
     EM 5.695. The claim is the ordering of the means, per ε, not each seed (EM loses on one seed
     per ε). With |X| = 5 the ordering does not hold at ε = 0.1 (naive 1.680, EM 1.847), so the
-    test keeps the paper's |X| = 10.
+    test keeps the paper's |X| = 10. The default start (the naive fit itself) loses here at
+    ε = 1 (``benchmarks/results/cgm_defaults-cpu.json``: 1.290 against 1.205).
     """
-    net = third_order_chain(10)
-    N = 10_000
-    kl = {}
     for eps in (1.0, 0.1):
-        for seed in range(5):
-            rng = np.random.default_rng(seed)
-            theta = np.concatenate([np.log(rng.dirichlet(np.ones(s))) for s in net.sizes])
-            truth = MarkovRandomField(net, theta)
-            n = np.asarray(net.features(truth.sample(jax.random.key(seed), (N,))))
-            b = len(net.cliques) / eps
-            meas = [Measurement(c, n[net.slice_of(c)] + rng.laplace(0, b, s), Laplace(b))
-                    for c, s in zip(net.cliques, net.sizes, strict=True)]
-            naive = naive_mle(meas, net, total_count=N)
-            em = cgm_em(meas, net, total_count=N)
-            kl[eps, seed] = (float(kl_divergence(truth, naive.model)),
-                             float(kl_divergence(truth, em.model)))
-    for eps in (1.0, 0.1):
-        naive_kl, em_kl = np.mean([kl[eps, s] for s in range(5)], axis=0)
+        naive_kl, em_kl = _chain_kls(10, 10_000, eps, range(5), init_l2_scale=4.0,
+                                     inner_iters=50).mean(axis=0)
         assert em_kl < naive_kl, (eps, naive_kl, em_kl)
+
+
+def test_em_with_its_defaults_beats_naive_on_a_large_population() -> None:
+    """The defaults (naive start, 15 NLBP steps) on the chain with |X| = 5 and N = 10⁵ at
+    ε = 1, a case they were not chosen on: CGM-EM's KL is below naive's on each of three
+    populations (``cgm_defaults``, seeds 0–2 of its own sampler: 0.0147 against 0.0169 on
+    average)."""
+    kl = _chain_kls(5, 100_000, 1.0, range(3))
+    assert np.all(kl[:, 1] < kl[:, 0]), kl
 
 
 def test_kl_helper_agrees_with_enumeration() -> None:

@@ -84,7 +84,7 @@ def test_batched_estimators_and_kl_match_the_public_ones() -> None:
         assert float(kl_divergence(truth.model, MarkovRandomField(net, t))) == pytest.approx(
             float(k), rel=1e-9)
         em = cgm_em(meas, net, total_count=2000, inner_iters=fits.EM_INNER,
-                    max_halvings=fits.EM_HALVINGS)
+                    init_l2_scale=fits.EM_INIT_L2_SCALE, max_halvings=fits.EM_HALVINGS)
         np.testing.assert_allclose(np.asarray(t_em), np.asarray(em.theta), atol=1e-6)
 
 

@@ -1,0 +1,193 @@
+"""CGM-EM's start and E-step length against naive MLE, on data its defaults were not set on.
+
+``cgm_em`` starts from a naive MLE with ``init_l2_scale`` times the naive rule's L2 strength and
+runs 10 EM iterations of ``inner_iters`` NLBP steps each: both settings regularise (a smoother
+start, a shorter E-step) and set its cost. This benchmark fits every setting given by
+``--configs`` (``SCALE:INNER`` pairs) and naive MLE with its defaults to the same releases and
+reports each fit's error and wall time, so that a default is chosen by measurement and checked
+on data it was not chosen on.
+
+Releases (Laplace noise of scale ``b = |C|/ε`` on every released table, add/remove neighbours,
+the seeded JAX sampler; ``--seeds`` releases per data set and ε):
+
+- ``adult``: the demo's release, Adult's tree (``ADULT_TREE``) and its 14 one-way tables;
+  error: mean L1 of the model's marginals on the released tables against the true tables;
+- ``titanic`` (read from ``../shared/data/`` when present): Titanic's 9 one-way tables and the
+  maximum-mutual-information spanning tree plus 2 pairs
+  (:func:`benchmarks.workloads.tree_workload`); same error;
+- ``chain3``, ``er``: seed 002's 10-node models with 10 values and ``N`` records for each ``N``
+  of ``--sizes`` (default ``10⁴``; :func:`benchmarks.workloads.seed002_release`); error: exact
+  KL(truth ‖ fit);
+- ``chain3-v5``: the third-order chain with 5 values and ``N = 10⁵``; KL.
+
+Every fit is timed after its structure compiled (an untimed fit of an extra release first);
+the time ratio divides by naive MLE's time on the same release. The 1-minute load average is
+recorded beside every row.
+
+Run ``python -m benchmarks cgm_defaults [--data ...] [--epsilons ...] [--seeds K]
+[--sizes N ...] [--configs 4:50 2:15 ...] [--out DIR]``; writes ``cgm_defaults.json`` and
+``cgm_defaults.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .harness import add_out_argument, load_1min, new_record, write_results
+from .workloads import seed002_release, tree_workload
+
+DESCRIPTION = "CGM-EM's start scale and E-step length vs naive MLE: error and time ratio"
+
+DATA = ("adult", "titanic", "chain3", "er", "chain3-v5")
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", nargs="+", default=list(DATA), choices=DATA)
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0, 10.0])
+    parser.add_argument("--seeds", type=int, default=3, help="releases per data set and ε")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000],
+                        help="records of the chain3 and er populations")
+    parser.add_argument("--configs", nargs="+", default=["4:50", "2:15"],
+                        help="cgm_em settings as INIT_L2_SCALE:INNER_ITERS")
+    add_out_argument(parser, "cgm_defaults")
+
+
+def _tables_case(dataset: Any, cliques: list, eps: float, seed: int) -> tuple:
+    import jax
+
+    from numpyro_dpgm.metrics import marginal_l1_error
+    from numpyro_dpgm.network import MarkovNetwork
+    from numpyro_dpgm.privacy import simulate_release
+
+    network = MarkovNetwork(dataset.domain, cliques)
+    truth = dataset.count(cliques)
+    meas = simulate_release(dataset, cliques, eps, jax.random.key(seed))
+    return network, meas, float(dataset.total), lambda m: float(marginal_l1_error(m, truth))
+
+
+def _titanic() -> Any:
+    import pandas as pd
+
+    from numpyro_dpgm.data import Dataset
+    from numpyro_dpgm.domain import Domain
+
+    domain = Domain(json.loads((SHARED / "titanic-domain.json").read_text()))
+    return Dataset(pd.read_csv(SHARED / "titanic.csv")[list(domain.attrs)], domain)
+
+
+def _cases(data: list[str], sizes: list[int]) -> list[tuple[str, int | None]]:
+    """``(data set, N)`` pairs: every size for ``chain3`` and ``er``, ``None`` for the rest."""
+    return [(d, n) for d in data for n in (sizes if d in ("chain3", "er") else [None])]
+
+
+def _releases(name: str, size: int | None, eps: float, seeds: range) -> Iterator[tuple]:
+    """``(network, measurements, N, error)`` per seed: ``error(model)`` against the truth."""
+    if name in ("adult", "titanic"):
+        from numpyro_dpgm.data import load_demo
+        from numpyro_dpgm.experiments.demo import ADULT_TREE
+
+        if name == "adult":
+            dataset = load_demo("adult")
+            cliques = list(ADULT_TREE) + [(a,) for a in dataset.domain.attrs]
+        else:
+            dataset = _titanic()
+            attrs = list(dataset.domain.attrs)
+            cliques = list(tree_workload(dataset.to_array(), attrs,
+                                         [dataset.domain[a] for a in attrs]).cliques)
+        for seed in seeds:
+            yield _tables_case(dataset, cliques, eps, seed)
+        return
+    from numpyro_dpgm.metrics import kl_divergence
+
+    model, values, n = ("chain3", 5, 100_000) if name == "chain3-v5" else (name, 10, size)
+    for seed in seeds:
+        net, truth, meas, _ = seed002_release(model, values, seed, n, eps)
+        yield net, meas, float(n), lambda m, t=truth: float(kl_divergence(t, m))
+
+
+def _timed(fit: Callable[[], Any]) -> tuple[float, Any]:
+    import jax
+
+    t0 = time.perf_counter()
+    result = fit()
+    jax.block_until_ready(result.model.theta)
+    return time.perf_counter() - t0, result
+
+
+def _fits(configs: list[tuple[float, int]], network: Any, meas: list,
+          total: float) -> dict[str, Callable[[], Any]]:
+    from numpyro_dpgm.estimation import cgm_em, naive_mle
+
+    fits = {"naive": lambda: naive_mle(meas, network, total_count=total)}
+    for scale, inner in configs:
+        fits[f"{scale:g}:{inner}"] = (lambda s=scale, k=inner: cgm_em(
+            meas, network, total_count=total, init_l2_scale=s, inner_iters=k))
+    return fits
+
+
+def main(args: argparse.Namespace) -> int:
+    import warnings
+
+    import numpyro
+
+    numpyro.enable_x64()
+    configs = [(float(c.split(":")[0]), int(c.split(":")[1])) for c in args.configs]
+    data = [d for d in args.data if d != "titanic" or (SHARED / "titanic.csv").exists()]
+    record = new_record("cgm_defaults", {"data": data, "epsilons": args.epsilons,
+                                         "seeds": args.seeds, "sizes": args.sizes,
+                                         "configs": args.configs})
+    rows = []
+    cases = _cases(data, args.sizes)
+    for name, size in cases:
+        label_of = name if size is None else f"{name} N={size}"
+        for eps in args.epsilons:
+            # compile every fit on an extra release (not reported)
+            for net, meas, total, _ in _releases(name, size, eps,
+                                                 range(args.seeds, args.seeds + 1)):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    for fit in _fits(configs, net, meas, total).values():
+                        _timed(fit)
+            for seed, (net, meas, total, error) in enumerate(
+                    _releases(name, size, eps, range(args.seeds))):
+                row: dict[str, Any] = {"data": label_of, "epsilon": eps, "seed": seed}
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    for label, fit in _fits(configs, net, meas, total).items():
+                        seconds, result = _timed(fit)
+                        row[f"{label} error"] = error(result.model)
+                        row[f"{label} s"] = seconds
+                row["load_1min"] = load_1min()
+                rows.append(row)
+                print(f"{label_of:12s} ε={eps:<4g} seed={seed} " + "  ".join(
+                    f"{k} {row[k + ' error']:.4f} ({row[k + ' s']:.2f}s)"
+                    for k in ["naive"] + [f"{s:g}:{i}" for s, i in configs]), flush=True)
+    summary = {}
+    labels = ["naive"] + [f"{s:g}:{i}" for s, i in configs]
+    for name in dict.fromkeys(r["data"] for r in rows):
+        for eps in args.epsilons:
+            sel = [r for r in rows if r["data"] == name and r["epsilon"] == eps]
+            entry = {f"{k} error (mean)": statistics.mean(r[f"{k} error"] for r in sel)
+                     for k in labels}
+            entry.update({f"{k} / naive time (median)": statistics.median(
+                r[f"{k} s"] / r["naive s"] for r in sel) for k in labels[1:]})
+            summary[f"{name} eps={eps:g}"] = entry
+    record.update(summary=summary, rows=rows,
+                  error={"adult": "mean L1 on the released tables", "titanic": "same",
+                         "chain3": "KL(truth || fit)", "er": "same", "chain3-v5": "same"})
+    write_results(args.out, "cgm_defaults", record, rows, indent=2)
+    print("\nmean error (time / naive, median):")
+    for key, v in summary.items():
+        print(f"  {key:26s} naive {v['naive error (mean)']:.4f}  " + "  ".join(
+            f"{k} {v[f'{k} error (mean)']:.4f} ({v[f'{k} / naive time (median)']:.2f}×)"
+            for k in labels[1:]))
+    return 0 if np.isfinite([r[f"{k} error"] for r in rows for k in labels]).all() else 1
