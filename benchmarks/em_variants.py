@@ -11,7 +11,7 @@ fitted:
 - ``naive``: naive MLE with its default rule ``λ = max(b/N, 1e-4)``;
 - ``naive_oracle``: naive MLE with the best λ of the grid ``b/N × 2^k``, k = −3..4, chosen with
   the *true* KL (a reference no release can compute; its time is one fit's);
-- ``map_em``: CGM-EM with its defaults (10 NLBP-EM iterations from a smoothed naive start);
+- ``map_em``: CGM-EM with its defaults (10 NLBP-EM iterations of 15 steps from the naive fit);
 - ``map_em_conv``: CGM-EM run to convergence (up to ``--conv-iters`` iterations from θ = 0);
 - ``vem``: variational EM (AutoNormal guide over the relaxed CGM counts, alternating SVI and
   moment matching), from the naive start;
