@@ -228,6 +228,12 @@ def test_fit_prox_pgm_stop_rules(tmp_path):
            "--stop applies to --method prox-pgm only", out)
     _fails(["fit", meas, "--method", "prox-pgm", "--stop", "early", "-o", out],
            "unknown --stop 'early'", out)
+    # the options of nuts are refused by the point estimators, not ignored
+    _fails(["fit", meas, "--method", "naive", "--target-accept", 0.9, "-o", out],
+           "--target-accept applies to --method nuts only, not naive", out)
+    _fails(["fit", meas, "--chains", 4, "--time-limit", 60, "--keep-draws", 10, "--path",
+            "exact", "-o", out], "--chains, --time-limit, --keep-draws, --path apply to "
+           "--method nuts only, not cgm-em", out)
 
 
 def test_fit_any_registered_estimator(tmp_path, chain):

@@ -25,6 +25,11 @@ METHODS = (*ESTIMATOR_NAMES, "nuts")
 NUTS_PATHS = {"auto": None, "exact": True, "relaxed": False, "normal": False}
 
 
+#: The values of the nuts-only options when not given (they are refused with other methods).
+NUTS_DEFAULTS = {"--chains": 2, "--time-limit": 600.0, "--target-accept": 0.8,
+                 "--keep-draws": 1000, "--path": "auto"}
+
+
 def _registry() -> dict:
     """The estimators' registry, imported when a fit runs."""
     from ..estimation import ESTIMATORS
@@ -54,27 +59,28 @@ def fit(
              "prox-pgm, default 1000; L-BFGS iterations for naive, default 1000; SVI steps for "
              "posterior-mean, default 2000), NUTS draws per chain for nuts (default 500, after "
              "as many warm-up steps)")] = None,
-    chains: Annotated[int, typer.Option(
-        help="NUTS chains (nuts only), run in parallel, one CPU device each")] = 2,
-    time_limit: Annotated[float, typer.Option(
+    chains: Annotated[int | None, typer.Option(
+        help="nuts only: NUTS chains, run in parallel, one CPU device each (default 2)")] = None,
+    time_limit: Annotated[float | None, typer.Option(
         help="nuts only: seconds from the command's start within which to keep drawing "
              "batches of --iters more draws per chain (no new warm-up) while some parameter's "
              "split R-hat is above 1.01 or its bulk ESS below 400; 0 for exactly --iters "
-             "draws")] = 600.0,
-    target_accept: Annotated[float, typer.Option(
+             "draws (default 600)")] = None,
+    target_accept: Annotated[float | None, typer.Option(
         help="nuts only: NUTS's target acceptance probability, which sets its step size; raise "
-             "it (e.g. 0.95) where draws diverge")] = 0.8,
-    keep_draws: Annotated[int, typer.Option(
+             "it (e.g. 0.95) where draws diverge (default 0.8)")] = None,
+    keep_draws: Annotated[int | None, typer.Option(
         help="nuts only: posterior draws kept in the model file, evenly spaced over every "
-             "chain's draws (R-hat and ESS are computed on all of them); 0 keeps all")] = 1000,
-    path: Annotated[str, typer.Option(
+             "chain's draws (R-hat and ESS are computed on all of them); 0 keeps all (default "
+             "1000)")] = None,
+    path: Annotated[str | None, typer.Option(
         help="nuts only: exact (an exact Gibbs update of the latent count tables inside NUTS), "
              "relaxed (the continuous relaxation of the counts), normal (the normal relaxation: "
              "the counts' mean and covariance, no mass moved into near-empty cells), or auto "
              "(exact where the "
              "relaxation would leak over 1 % of the records into near-empty cells, or where "
              "the release pins the counts: the noise's share of the median released count "
-             "below 7.5 %)")] = "auto",
+             "below 7.5 %; the default)")] = None,
     coding: Annotated[str, typer.Option(
         help="nuts only: the parameters the Normal prior sits on: reference (log-linear log "
              "odds against each attribute's level 0) or conditional (log odds of the junction "
@@ -111,6 +117,15 @@ def fit(
             raise ValueError(f"--iters must be at least 1, got {iters}")
         if total is not None and not total > 0:
             raise ValueError(f"--total must be positive, got {total}")
+        nuts_only = {"--chains": chains, "--time-limit": time_limit,
+                     "--target-accept": target_accept, "--keep-draws": keep_draws,
+                     "--path": path}
+        given = [name for name, value in nuts_only.items() if value is not None]
+        if given and method != "nuts":
+            raise ValueError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
+                             f"--method nuts only, not {method}")
+        chains, time_limit, target_accept, keep_draws, path = (
+            NUTS_DEFAULTS[k] if v is None else v for k, v in nuts_only.items())
         if chains < 1:
             raise ValueError(f"--chains must be at least 1, got {chains}")
         if not time_limit >= 0:
