@@ -190,10 +190,18 @@ def seed002_release(model: str, values: int, seed: int, n: int,
     net = synthetic_network(model, values)
     edges = list(net.cliques)
     truth = MarkovRandomField(net, dirichlet_theta(net, np.random.default_rng(seed)))
-    records = np.asarray(truth.sample(jax.random.key(seed), (n,)))
+    records = seed002_records(truth, seed, n)
     meas = simulate_release(records, edges, epsilon, jax.random.key(1000 + seed),
                             domain=net.domain)
     return net, truth, meas, len(edges) / epsilon
+
+
+def seed002_records(truth: Any, seed: int, n: int) -> np.ndarray:
+    """The ``n`` records of :func:`seed002_release`'s population ``seed`` (codes in domain
+    order), drawn from its true model ``truth`` with key ``seed``."""
+    import jax
+
+    return np.asarray(truth.sample(jax.random.key(seed), (n,)))
 
 
 def mbi_problem(ms: Sequence[Any], domain: Any) -> tuple[Any, Any, list]:
