@@ -81,16 +81,6 @@ def _tables_case(dataset: Any, cliques: list, eps: float, seed: int) -> tuple:
             truth)
 
 
-def _noisy_l1(meas: list, tables: Any) -> float:
-    """Mean L1 of the clipped, normalised noisy tables against the true tables."""
-    errors = []
-    for m in meas:
-        y = np.clip(np.asarray(m.values, float), 0, None).ravel()
-        t = np.asarray(tables[m.clique], float).ravel()
-        errors.append(np.abs(y / max(y.sum(), 1e-12) - t / t.sum()).sum())
-    return float(np.mean(errors))
-
-
 def _titanic() -> Any:
     import pandas as pd
 
@@ -159,7 +149,7 @@ def main(args: argparse.Namespace) -> int:
 
     import numpyro
 
-    from numpyro_dpgm.metrics import marginal_l1_error
+    from numpyro_dpgm.metrics import marginal_l1_error, noisy_tables_l1
 
     numpyro.enable_x64()
     configs = [(float(c.split(":")[0]), int(c.split(":")[1])) for c in args.configs]
@@ -184,7 +174,7 @@ def main(args: argparse.Namespace) -> int:
             for seed, (net, meas, total, error, tables) in enumerate(
                     _releases(name, size, eps, range(args.seeds))):
                 row: dict[str, Any] = {"data": label_of, "epsilon": eps, "seed": seed,
-                                       "noisy released L1": _noisy_l1(meas, tables)}
+                                       "noisy released L1": noisy_tables_l1(meas, tables)}
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     for label, fit in _fits(configs, net, meas, total).items():

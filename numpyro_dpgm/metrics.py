@@ -15,7 +15,8 @@ from .inference import junction_tree as jt
 from .network import MarkovNetwork
 from .tables import CliqueTables, project_table
 
-__all__ = ["kl_divergence", "embed_theta", "total_variation", "marginal_l1_error"]
+__all__ = ["kl_divergence", "embed_theta", "total_variation", "marginal_l1_error",
+           "noisy_tables_l1"]
 
 
 def embed_theta(source: MarkovNetwork, theta: Any, target: MarkovNetwork) -> Any:
@@ -91,3 +92,31 @@ def marginal_l1_error(model: MarkovRandomField, tables: CliqueTables) -> Any:
             )
         errors.append(2 * total_variation(model.marginal(c), t / jnp.sum(t)))
     return jnp.mean(jnp.stack(errors))
+
+
+def noisy_tables_l1(measurements: Any, tables: CliqueTables) -> float:
+    """Mean over measurements of ``Σ |ỹ_C − t_C / Σ t_C|``, ``ỹ_C`` the noisy table clipped at 0
+    and normalised: the error of the released tables themselves, the baseline of every fit.
+
+    Every measurement must be of a whole table (no query matrix) whose clique ``tables`` holds
+    in the same attribute order.
+
+    Examples
+    --------
+    >>> from numpyro_dpgm.measurements import Laplace, Measurement
+    >>> m = Measurement(("a",), [3.0, -1.0, 1.0], Laplace(1.0))
+    >>> noisy_tables_l1([m], CliqueTables({("a",): np.array([2.0, 1.0, 1.0])}))
+    0.5
+    """
+    errors = []
+    for m in measurements:
+        if m.query is not None:
+            raise ValueError(f"the measurement of {m.clique} answers a query matrix; "
+                             "noisy_tables_l1 compares whole noisy tables only")
+        t = np.asarray(tables[m.clique], dtype=float).ravel()
+        y = np.clip(np.asarray(m.values, dtype=float).ravel(), 0, None)
+        if y.shape != t.shape:
+            raise ValueError(f"the measurement of {m.clique} has {y.size} values, its table "
+                             f"{t.size} cells")
+        errors.append(float(np.abs(y / max(y.sum(), 1e-12) - t / t.sum()).sum()))
+    return float(np.mean(errors))

@@ -8,7 +8,14 @@ import pytest
 from oracles.brute_force import BruteForce, assert_close, exact_kl, reference
 
 from numpyro_dpgm import CliqueTables, MarkovNetwork, MarkovRandomField
-from numpyro_dpgm.metrics import embed_theta, kl_divergence, marginal_l1_error, total_variation
+from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
+from numpyro_dpgm.metrics import (
+    embed_theta,
+    kl_divergence,
+    marginal_l1_error,
+    noisy_tables_l1,
+    total_variation,
+)
 
 DOMAIN = {"a": 2, "b": 3, "c": 4, "d": 2}
 
@@ -117,3 +124,16 @@ def test_marginal_l1_error() -> None:
     assert_close(err, expected)
     exact_tables = CliqueTables({c: 7.0 * jnp.asarray(ref.exact.marginal(c)) for c in targets})
     assert float(marginal_l1_error(mrf, exact_tables)) < 1e-10
+
+
+def test_noisy_tables_l1_clips_normalises_and_averages_over_measurements() -> None:
+    """By hand: (a): y = [4, -2, 0, 4] clips to [.5, 0, 0, .5] against t = [.25, .25, .25, .25]:
+    L1 1.0; (b): y = [1, 1] against [3, 1] / 4: 0.5. Mean 0.75."""
+    tables = CliqueTables({("a",): np.ones(4), ("b",): np.array([3.0, 1.0])})
+    meas = [Measurement(("a",), [4.0, -2.0, 0.0, 4.0], Laplace(1.0)),
+            Measurement(("b",), [1.0, 1.0], Gaussian(2.0))]
+    assert_close(noisy_tables_l1(meas, tables), 0.75)
+    with pytest.raises(ValueError, match="query matrix"):
+        noisy_tables_l1([Measurement(("a",), [1.0], Laplace(1.0), query=np.ones((1, 4)))], tables)
+    with pytest.raises(ValueError, match="3 values, its table 4 cells"):
+        noisy_tables_l1([Measurement(("a",), [1.0, 2.0, 3.0], Laplace(1.0))], tables)

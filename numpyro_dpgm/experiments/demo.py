@@ -24,7 +24,7 @@ from ..domain import Clique
 from ..estimation.cgm_em import cgm_em
 from ..estimation.naive import naive_mle
 from ..estimation.prox_pgm import prox_pgm
-from ..measurements import Measurement
+from ..metrics import noisy_tables_l1
 from ..network import MarkovNetwork
 from ..privacy import PrivacyLedger, PureDP, release, simulate_release
 from ._common import pyplot
@@ -54,13 +54,6 @@ def _l1(estimate: np.ndarray, truth: np.ndarray) -> float:
     return float(np.abs(np.asarray(estimate) - truth / truth.sum()).sum())
 
 
-def _noisy_error(meas: list[Measurement], truth: Any, total: float) -> float:
-    errs = []
-    for m in meas:
-        t = np.asarray(truth[m.clique]).ravel()
-        errs.append(_l1(np.clip(m.values, 0, None) / max(np.clip(m.values, 0, None).sum(), 1e-12),
-                        t))
-    return float(np.mean(errs))
 
 
 def run_demo(
@@ -129,7 +122,7 @@ def run_demo(
         "released": [list(c) for c in cliques],
         "sampler": "opendp" if seed is None else f"jax (seed {seed}, simulation)",
         "ledger": [{"label": e.label, "cost": str(e.cost)} for e in ledger.history],
-        "noisy_tables_l1": _noisy_error(meas, truth, total),
+        "noisy_tables_l1": noisy_tables_l1(meas, truth),
         "methods": {k: {kk: vv for kk, vv in v.items() if kk != "model"}
                     for k, v in fits.items()},
         "out_of_model_pairs": [list(c) for c in outside],
