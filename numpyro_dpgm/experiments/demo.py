@@ -54,8 +54,6 @@ def _l1(estimate: np.ndarray, truth: np.ndarray) -> float:
     return float(np.abs(np.asarray(estimate) - truth / truth.sum()).sum())
 
 
-
-
 def run_demo(
     epsilon: float = 1.0,
     out_dir: str | Path = "outputs/demo",
