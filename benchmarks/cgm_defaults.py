@@ -38,26 +38,21 @@ Run ``python -m benchmarks cgm_defaults [--data ...] [--epsilons ...] [--seeds K
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .harness import add_out_argument, load_1min, new_record, write_results
-from .workloads import seed002_records, seed002_release, tree_workload
+from .workloads import RELEASE_DATA, RELEASE_ERRORS, SHARED_DATA, release_cases, releases
 
 DESCRIPTION = "CGM-EM's start scale and E-step length vs naive MLE: error and time ratio"
 
-DATA = ("adult", "titanic", "chain3", "er", "chain3-v5")
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", nargs="+", default=list(DATA), choices=DATA)
+    parser.add_argument("--data", nargs="+", default=list(RELEASE_DATA), choices=RELEASE_DATA)
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0, 10.0])
     parser.add_argument("--seeds", type=int, default=3, help="releases per data set and ε")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000],
@@ -65,63 +60,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--configs", nargs="+", default=["4:50", "1:15"],
                         help="cgm_em settings as INIT_L2_SCALE:INNER_ITERS")
     add_out_argument(parser, "cgm_defaults")
-
-
-def _tables_case(dataset: Any, cliques: list, eps: float, seed: int) -> tuple:
-    import jax
-
-    from numpyro_dpgm.metrics import marginal_l1_error
-    from numpyro_dpgm.network import MarkovNetwork
-    from numpyro_dpgm.privacy import simulate_release
-
-    network = MarkovNetwork(dataset.domain, cliques)
-    truth = dataset.count(cliques)
-    meas = simulate_release(dataset, cliques, eps, jax.random.key(seed))
-    return (network, meas, float(dataset.total), lambda m: float(marginal_l1_error(m, truth)),
-            truth)
-
-
-def _titanic() -> Any:
-    import pandas as pd
-
-    from numpyro_dpgm.data import Dataset
-    from numpyro_dpgm.domain import Domain
-
-    domain = Domain(json.loads((SHARED / "titanic-domain.json").read_text()))
-    return Dataset(pd.read_csv(SHARED / "titanic.csv")[list(domain.attrs)], domain)
-
-
-def _cases(data: list[str], sizes: list[int]) -> list[tuple[str, int | None]]:
-    """``(data set, N)`` pairs: every size for ``chain3`` and ``er``, ``None`` for the rest."""
-    return [(d, n) for d in data for n in (sizes if d in ("chain3", "er") else [None])]
-
-
-def _releases(name: str, size: int | None, eps: float, seeds: range) -> Iterator[tuple]:
-    """``(network, measurements, N, error, tables)`` per seed: ``error(model)`` against the
-    truth, ``tables`` the records' true tables of the released cliques."""
-    if name in ("adult", "titanic"):
-        from numpyro_dpgm.data import load_demo
-        from numpyro_dpgm.experiments.demo import ADULT_TREE
-
-        if name == "adult":
-            dataset = load_demo("adult")
-            cliques = list(ADULT_TREE) + [(a,) for a in dataset.domain.attrs]
-        else:
-            dataset = _titanic()
-            attrs = list(dataset.domain.attrs)
-            cliques = list(tree_workload(dataset.to_array(), attrs,
-                                         [dataset.domain[a] for a in attrs]).cliques)
-        for seed in seeds:
-            yield _tables_case(dataset, cliques, eps, seed)
-        return
-    from numpyro_dpgm.data import count
-    from numpyro_dpgm.metrics import kl_divergence
-
-    model, values, n = ("chain3", 5, 100_000) if name == "chain3-v5" else (name, 10, size)
-    for seed in seeds:
-        net, truth, meas, _ = seed002_release(model, values, seed, n, eps)
-        tables = count(seed002_records(truth, seed, n), [m.clique for m in meas], net.domain)
-        yield net, meas, float(n), lambda m, t=truth: float(kl_divergence(t, m)), tables
 
 
 def _timed(fit: Callable[[], Any]) -> tuple[float, Any]:
@@ -153,26 +91,26 @@ def main(args: argparse.Namespace) -> int:
 
     numpyro.enable_x64()
     configs = [(float(c.split(":")[0]), int(c.split(":")[1])) for c in args.configs]
-    data = [d for d in args.data if d != "titanic" or (SHARED / "titanic.csv").exists()]
+    data = [d for d in args.data if d != "titanic" or (SHARED_DATA / "titanic.csv").exists()]
     if len(data) < len(args.data):
-        print(f"titanic skipped: {SHARED / 'titanic.csv'} is not there")
+        print(f"titanic skipped: {SHARED_DATA / 'titanic.csv'} is not there")
     record = new_record("cgm_defaults", {"data": data, "epsilons": args.epsilons,
                                          "seeds": args.seeds, "sizes": args.sizes,
                                          "configs": args.configs})
     rows = []
-    cases = _cases(data, args.sizes)
+    cases = release_cases(data, args.sizes)
     for name, size in cases:
         label_of = name if size is None else f"{name} N={size}"
         for eps in args.epsilons:
             # compile every fit on an extra release (not reported)
-            for net, meas, total, _, _ in _releases(name, size, eps,
+            for net, meas, total, _, _ in releases(name, size, eps,
                                                     range(args.seeds, args.seeds + 1)):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     for fit in _fits(configs, net, meas, total).values():
                         _timed(fit)
             for seed, (net, meas, total, error, tables) in enumerate(
-                    _releases(name, size, eps, range(args.seeds))):
+                    releases(name, size, eps, range(args.seeds))):
                 row: dict[str, Any] = {"data": label_of, "epsilon": eps, "seed": seed,
                                        "noisy released L1": noisy_tables_l1(meas, tables)}
                 with warnings.catch_warnings():
@@ -203,9 +141,7 @@ def main(args: argparse.Namespace) -> int:
             entry.update({f"{k} / naive time (median)": statistics.median(
                 r[f"{k} s"] / r["naive s"] for r in sel) for k in labels[1:]})
             summary[f"{name} eps={eps:g}"] = entry
-    record.update(summary=summary, rows=rows,
-                  error={"adult": "mean L1 on the released tables", "titanic": "same",
-                         "chain3": "KL(truth || fit)", "er": "same", "chain3-v5": "same"})
+    record.update(summary=summary, rows=rows, error=RELEASE_ERRORS)
     write_results(args.out, "cgm_defaults", record, rows, indent=2)
     print("\nmean error (time / naive, median):")
     for key, v in summary.items():

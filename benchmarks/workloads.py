@@ -8,21 +8,27 @@
   release;
 - :func:`mbi_problem`: Gaussian measurements as mbi 2.0 takes them (its domain and loss);
 - :data:`ADULT_EDGES` and :func:`adult_data`: networks of edges of the demo's tree, on Adult or
-  on records drawn from the model fitted to it (the Bayesian benchmarks).
+  on records drawn from the model fitted to it (the Bayesian benchmarks);
+- :func:`releases` (with :func:`release_cases` and :data:`RELEASE_DATA`): Laplace releases of
+  Adult's demo tree, Titanic's tree and seed 002's models with their error measures (the
+  benchmarks of naive MLE's and CGM-EM's defaults).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import networkx as nx
 import numpy as np
 
-__all__ = ["ADULT_EDGES", "QUERY", "Clique", "Workload", "adult_data", "adult_workload",
-           "mbi_problem", "mutual_information", "seed002_release", "three_way_workload",
-           "tree_workload"]
+__all__ = ["ADULT_EDGES", "QUERY", "RELEASE_DATA", "RELEASE_ERRORS", "SHARED_DATA", "Clique",
+           "Workload", "adult_data", "adult_workload", "mbi_problem", "mutual_information",
+           "release_cases", "releases", "seed002_records", "seed002_release",
+           "three_way_workload", "titanic", "tree_workload"]
 
 #: The out-of-model query of the Adult workloads (no clique of either holds it).
 QUERY = ("age", "fnlwgt", "capital-gain")
@@ -262,3 +268,74 @@ def adult_data(edges: Sequence[Clique], records: int | None, seed: int) -> tuple
     theta = tree.flatten(tables)
     codes = np.asarray(jt.sample(tree, theta, jax.random.key(seed), int(records)))
     return Dataset(pd.DataFrame(codes, columns=list(dom.attrs)), dom), net
+
+
+# ------------------------------------------------------------------------------------------------
+# Laplace releases with their error measures
+# ------------------------------------------------------------------------------------------------
+#: Data sets of :func:`releases`.
+RELEASE_DATA = ("adult", "titanic", "chain3", "er", "chain3-v5")
+
+#: What the ``error`` of :func:`releases` measures, per data set.
+RELEASE_ERRORS = {"adult": "mean L1 on the released tables", "titanic": "same",
+                  "chain3": "KL(truth || fit)", "er": "same", "chain3-v5": "same"}
+
+#: The shared data folder beside a source checkout (Titanic is read from there).
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def _tables_case(dataset: Any, cliques: list, eps: float, seed: int) -> tuple:
+    import jax
+
+    from numpyro_dpgm.metrics import marginal_l1_error
+    from numpyro_dpgm.network import MarkovNetwork
+    from numpyro_dpgm.privacy import simulate_release
+
+    network = MarkovNetwork(dataset.domain, cliques)
+    truth = dataset.count(cliques)
+    meas = simulate_release(dataset, cliques, eps, jax.random.key(seed))
+    return (network, meas, float(dataset.total), lambda m: float(marginal_l1_error(m, truth)),
+            truth)
+
+
+def titanic() -> Any:
+    import pandas as pd
+
+    from numpyro_dpgm.data import Dataset
+    from numpyro_dpgm.domain import Domain
+
+    domain = Domain(json.loads((SHARED_DATA / "titanic-domain.json").read_text()))
+    return Dataset(pd.read_csv(SHARED_DATA / "titanic.csv")[list(domain.attrs)], domain)
+
+
+def release_cases(data: list[str], sizes: list[int]) -> list[tuple[str, int | None]]:
+    """``(data set, N)`` pairs: every size for ``chain3`` and ``er``, ``None`` for the rest."""
+    return [(d, n) for d in data for n in (sizes if d in ("chain3", "er") else [None])]
+
+
+def releases(name: str, size: int | None, eps: float, seeds: range) -> Iterator[tuple]:
+    """``(network, measurements, N, error, tables)`` per seed: ``error(model)`` against the
+    truth, ``tables`` the records' true tables of the released cliques."""
+    if name in ("adult", "titanic"):
+        from numpyro_dpgm.data import load_demo
+        from numpyro_dpgm.experiments.demo import ADULT_TREE
+
+        if name == "adult":
+            dataset = load_demo("adult")
+            cliques = list(ADULT_TREE) + [(a,) for a in dataset.domain.attrs]
+        else:
+            dataset = titanic()
+            attrs = list(dataset.domain.attrs)
+            cliques = list(tree_workload(dataset.to_array(), attrs,
+                                         [dataset.domain[a] for a in attrs]).cliques)
+        for seed in seeds:
+            yield _tables_case(dataset, cliques, eps, seed)
+        return
+    from numpyro_dpgm.data import count
+    from numpyro_dpgm.metrics import kl_divergence
+
+    model, values, n = ("chain3", 5, 100_000) if name == "chain3-v5" else (name, 10, size)
+    for seed in seeds:
+        net, truth, meas, _ = seed002_release(model, values, seed, n, eps)
+        tables = count(seed002_records(truth, seed, n), [m.clique for m in meas], net.domain)
+        yield net, meas, float(n), lambda m, t=truth: float(kl_divergence(t, m)), tables

@@ -25,8 +25,8 @@ from benchmarks import harness, workloads  # noqa: E402
 from benchmarks.__main__ import main as bench_main  # noqa: E402
 
 NAMES = {"appgm", "appgm_scale", "bayes", "cgm", "cgm_defaults", "cli_cache", "converge",
-         "coverage", "em_variants", "gibbs", "mechanisms", "nuts_fit", "oracle", "scale",
-         "stopping", "synth_memory"}
+         "coverage", "em_variants", "gibbs", "mechanisms", "naive_l2", "nuts_fit", "oracle",
+         "scale", "stopping", "synth_memory"}
 SHARED = {"harness", "workloads"}
 
 
@@ -266,3 +266,25 @@ def test_cgm_defaults_compares_every_setting_with_naive_on_the_same_release(
     summary = record["summary"]["er N=500 eps=1"]
     assert summary["4:3 / naive time (median)"] == pytest.approx(row["4:3 s"] / row["naive s"])
     assert (tmp_path / "cgm_defaults.csv").exists()
+
+
+def test_naive_l2_fits_every_strength_to_convergence_on_the_same_release(tmp_path: Path) -> None:
+    """``python -m benchmarks naive_l2`` on one small release: the default and each fixed
+    multiplier converge; ``s = 1`` is the default where ``r = b·K/N ≥ 0.3`` (so their fits
+    agree), and a weaker strength fits the released tables' noise more closely, so its KL to the
+    population differs."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert bench_main(["naive_l2", "--data", "er", "--sizes", "500", "--epsilons", "1",
+                           "--seeds", "1", "--scales", "1", "0.1", "--out",
+                           str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "naive_l2.json").read_text())
+    (row,) = record["rows"]
+    assert row["data"] == "er N=500" and row["r"] >= 0.3
+    for label in ("default", "1", "0.1"):
+        assert row[f"{label} converged"] and row[f"{label} iterations"] > 0
+        assert 0 < row[f"{label} released L1"] < 2 and row[f"{label} error"] >= 0
+    assert row["1 error"] == pytest.approx(row["default error"], rel=1e-6)
+    assert row["0.1 error"] != pytest.approx(row["1 error"], rel=1e-3)
+    assert 0 < row["noisy released L1"] < 2
+    assert (tmp_path / "naive_l2.csv").exists()

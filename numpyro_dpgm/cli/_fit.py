@@ -56,9 +56,9 @@ def fit(
     iters: Annotated[int | None, typer.Option(
         help="iterations: the estimator's max_iters (EM iterations for cgm-em, default 10, a "
              "regulariser; mcem and variational-em, default 10; mirror-descent iterations for "
-             "prox-pgm, default 1000; L-BFGS iterations for naive, default 1000; SVI steps for "
-             "posterior-mean, default 2000), NUTS draws per chain for nuts (default 500, after "
-             "as many warm-up steps)")] = None,
+             "prox-pgm, default 1000; L-BFGS iterations for naive, default 10000, a bound; "
+             "SVI steps for posterior-mean, default 2000), NUTS draws per chain for nuts "
+             "(default 500, after as many warm-up steps)")] = None,
     chains: Annotated[int | None, typer.Option(
         help="nuts only: NUTS chains, run in parallel, one CPU device each (default 2)")] = None,
     time_limit: Annotated[float | None, typer.Option(

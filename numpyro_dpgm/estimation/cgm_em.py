@@ -240,9 +240,9 @@ def cgm_em(
         Accepted for the estimators' common contract and ignored (NLBP-EM is deterministic).
     init : None, "naive", "zeros", MarkovRandomField or array
         ``θ_0``: the naive MLE (``None`` or ``"naive"``, the default), uniform (``"zeros"``),
-        or a warm start (a previous fit's model or log-potentials). The naive start has
-        ``λ_C = max(init_l2_scale·b_C/N, 10⁻⁴)`` (public quantities only) unless ``naive_l2``
-        fixes λ.
+        or a warm start (a previous fit's model or log-potentials). The naive start is
+        :func:`~numpyro_dpgm.estimation.naive_mle` with its default rule times
+        ``init_l2_scale`` (public quantities only) unless ``naive_l2`` fixes λ.
     init_l2_scale : float
         Multiplies the naive rule's λ for the naive start (default 1: the naive estimator's own
         fit, which EM then refines). Measured by ``python -m benchmarks cgm_defaults``

@@ -163,7 +163,10 @@ def test_bad_input(name: str) -> None:
 def test_warm_start_from_a_converged_fit_is_faster(name: str) -> None:
     long = {"naive": 500, "cgm-em": 300, "prox-pgm": 5000}[name]
     tol = {"naive": 1e-8, "cgm-em": 1e-6, "prox-pgm": 1e-10}[name]
-    first = _fit(name, total_count=N, max_iters=long, tol=tol)
+    # CGM-EM's default start, the naive fit, is already at EM's fixed point on these nearly
+    # consistent tables (one confirming E-step): start it from the uniform model instead
+    cold = {"cgm-em": {"init": "zeros"}}.get(name, {})
+    first = _fit(name, total_count=N, max_iters=long, tol=tol, **cold)
     assert first.converged, name
     warm = _fit(name, total_count=N, max_iters=long, tol=tol, init=first.model)
     assert warm.converged and warm.iterations < first.iterations, (warm.iterations,
