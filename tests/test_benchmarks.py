@@ -245,17 +245,21 @@ def test_stopping_runs_and_writes_one_row_per_rule(tmp_path: Path) -> None:
         bench_main(["stopping", "--problems", "nope", "--out", str(tmp_path)])
 
 
+def _one_small_release(name: str, tmp_path: Path, *options: str) -> dict:
+    """Run benchmark ``name`` on one Laplace release (Erdős–Rényi, N = 500, ε = 1) with
+    ``options``; return its JSON record."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert bench_main([name, "--data", "er", "--sizes", "500", "--epsilons", "1",
+                           "--seeds", "1", *options, "--out", str(tmp_path)]) == 0
+    return json.loads((tmp_path / f"{name}.json").read_text())
+
+
 def test_cgm_defaults_compares_every_setting_with_naive_on_the_same_release(
         tmp_path: Path) -> None:
     """``python -m benchmarks cgm_defaults`` on one small release: one row per release with an
     error and a time per setting and for naive MLE; a setting of one EM step from the naive fit
     with one NLBP step cannot be exactly naive's fit, and its error is a KL (non-negative)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert bench_main(["cgm_defaults", "--data", "er", "--sizes", "500", "--epsilons", "1",
-                           "--seeds", "1", "--configs", "1:1", "4:3", "--out",
-                           str(tmp_path)]) == 0
-    record = json.loads((tmp_path / "cgm_defaults.json").read_text())
+    record = _one_small_release("cgm_defaults", tmp_path, "--configs", "1:1", "4:3")
     (row,) = record["rows"]
     assert row["data"] == "er N=500" and row["epsilon"] == 1.0
     for label in ("naive", "1:1", "4:3"):
@@ -273,12 +277,7 @@ def test_naive_l2_fits_every_strength_to_convergence_on_the_same_release(tmp_pat
     multiplier converge; ``s = 1`` is the default where ``r = b·K/N ≥ 0.3`` (so their fits
     agree), and a weaker strength fits the released tables' noise more closely, so its KL to the
     population differs."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert bench_main(["naive_l2", "--data", "er", "--sizes", "500", "--epsilons", "1",
-                           "--seeds", "1", "--scales", "1", "0.1", "--out",
-                           str(tmp_path)]) == 0
-    record = json.loads((tmp_path / "naive_l2.json").read_text())
+    record = _one_small_release("naive_l2", tmp_path, "--scales", "1", "0.1")
     (row,) = record["rows"]
     assert row["data"] == "er N=500" and row["r"] >= 0.3
     for label in ("default", "1", "0.1"):
