@@ -464,7 +464,7 @@ def naive_mle(
     max_iters : int
         Iteration limit of L-BFGS (the main loop). The default, 10,000, is a bound, not a cost:
         the fit stops at ``tol``. Weak penalties need thousands of iterations (Adult's demo tree
-        at ε = 10: about 2,200).
+        at ε = 10: about 2,000).
     callback : callable ``(iteration, loss) -> None``, optional
         Called once after the fit with every entry of the loss trace, ``(k, loss_trace[k])``
         for ``k = 0..iterations`` (L-BFGS runs compiled, in one piece).
@@ -476,7 +476,8 @@ def naive_mle(
         the penalty where the noise is small against the mean count ``N/K_C`` of the clique's
         ``K_C`` cells (so that the fit's error on the released tables falls to the noisy
         tables' own or below). With noise large against the counts, as in seed 002's release
-        (Eq. 3, ``b = |C|/ε``, at ε ≤ 1 and ``N = 10⁴``), this is ``λ = max(b/N, l2_floor)``.
+        (Eq. 3, ``b = |C|/ε``) at ε = 0.1 with ``N ≤ 10⁴`` or at ε = 1 with ``N = 10³``, this is
+        ``λ = max(b/N, l2_floor)``.
     l2_scale : float
         Multiplier of the default rule, ``λ_C = max(l2_scale·s_C·b_C/N, l2_floor)`` (e.g. CGM-EM
         may start from a deliberately smoother fit).
