@@ -46,17 +46,19 @@ from typing import Any
 import numpy as np
 
 from .harness import add_out_argument, load_1min, new_record, write_results
-from .workloads import RELEASE_DATA, RELEASE_ERRORS, SHARED_DATA, release_cases, releases
+from .workloads import (
+    RELEASE_ERRORS,
+    add_release_arguments,
+    available_release_data,
+    release_cases,
+    releases,
+)
 
 DESCRIPTION = "CGM-EM's start scale and E-step length vs naive MLE: error and time ratio"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", nargs="+", default=list(RELEASE_DATA), choices=RELEASE_DATA)
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0, 10.0])
-    parser.add_argument("--seeds", type=int, default=3, help="releases per data set and ε")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000],
-                        help="records of the chain3 and er populations")
+    add_release_arguments(parser, sizes=[10_000], seeds=3)
     parser.add_argument("--configs", nargs="+", default=["4:50", "1:15"],
                         help="cgm_em settings as INIT_L2_SCALE:INNER_ITERS")
     add_out_argument(parser, "cgm_defaults")
@@ -91,9 +93,7 @@ def main(args: argparse.Namespace) -> int:
 
     numpyro.enable_x64()
     configs = [(float(c.split(":")[0]), int(c.split(":")[1])) for c in args.configs]
-    data = [d for d in args.data if d != "titanic" or (SHARED_DATA / "titanic.csv").exists()]
-    if len(data) < len(args.data):
-        print(f"titanic skipped: {SHARED_DATA / 'titanic.csv'} is not there")
+    data = available_release_data(args.data)
     record = new_record("cgm_defaults", {"data": data, "epsilons": args.epsilons,
                                          "seeds": args.seeds, "sizes": args.sizes,
                                          "configs": args.configs})
@@ -104,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
         for eps in args.epsilons:
             # compile every fit on an extra release (not reported)
             for net, meas, total, _, _ in releases(name, size, eps,
-                                                    range(args.seeds, args.seeds + 1)):
+                                                   range(args.seeds, args.seeds + 1)):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     for fit in _fits(configs, net, meas, total).values():

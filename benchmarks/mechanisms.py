@@ -47,9 +47,10 @@ from typing import Any
 
 import numpy as np
 
+from .workloads import SHARED_DATA, shared_dataset
+
 DESCRIPTION = "MST and AIM against mbi's: workload error (3-way) and wall time"
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 OURS = ("ours-mst", "ours-aim")
 MBI = ("mbi-mst", "mbi-aim")
 DELTA = 1e-9
@@ -139,14 +140,12 @@ def run_ours(data: str, mech: str, eps: float, seed: int,
              sampling: str = "round") -> dict[str, Any]:
     """One run of our MST or AIM in this process, its synthetic data made by ``sampling``."""
     import jax
-    import pandas as pd
 
     jax.config.update("jax_enable_x64", True)
-    from numpyro_dpgm import ApproxDP, Domain, count, synthesize
+    from numpyro_dpgm import ApproxDP, count, synthesize
     from numpyro_dpgm.mechanisms import aim, all_marginals, mst, workload_error
 
-    domain = Domain(json.loads((DATA / f"{data}-domain.json").read_text()))
-    records = pd.read_csv(DATA / f"{data}.csv")[list(domain.attrs)]
+    records, domain = shared_dataset(data)
     workload = [c for c, _ in all_marginals(domain, 3)]
     start = time.perf_counter()
     args = {"budget": ApproxDP(eps, DELTA), "sampler": "jax", "rng_key": seed}
@@ -182,9 +181,9 @@ def run(data: str, contender: str, eps: float, seed: int, args: argparse.Namespa
                "--one", data, mech, str(eps), str(seed), str(out)]
     else:
         cmd = [args.mbi_python, str(Path(__file__).parent / "_mbi_mechanisms.py"),
-               str(args.mbi_repo / "mechanisms"), str(DATA / f"{data}.csv"),
-               str(DATA / f"{data}-domain.json"), mech, str(eps), str(DELTA), str(seed),
-               str(out)]
+               str(args.mbi_repo / "mechanisms"), str(SHARED_DATA / f"{data}.csv"),
+               str(SHARED_DATA / f"{data}-domain.json"), mech, str(eps), str(DELTA),
+               str(seed), str(out)]
     load = os.getloadavg()
     result = _subprocess(cmd, out, args.timeout)
     return {"data": data, "contender": contender, "epsilon": eps, "seed": seed,

@@ -31,18 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from . import workloads
 from .harness import add_out_argument, load_1min, new_record, write_results
-from .workloads import RELEASE_DATA, RELEASE_ERRORS, SHARED_DATA, release_cases, releases
 
 DESCRIPTION = "naive MLE's L2 strength (fixed multiples of b/N and the default) vs noisy tables"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", nargs="+", default=list(RELEASE_DATA), choices=RELEASE_DATA)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000],
-                        help="records of the chain3 and er populations")
-    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0, 10.0])
-    parser.add_argument("--seeds", type=int, default=2, help="releases per data set and ε")
+    workloads.add_release_arguments(parser, sizes=[1_000, 10_000, 100_000], seeds=2)
     parser.add_argument("--scales", type=float, nargs="+", default=[1.0, 0.3, 0.1],
                         help="fixed multipliers s of b/N")
     parser.add_argument("--max-iters", type=int, default=20_000)
@@ -73,19 +69,17 @@ def main(args: argparse.Namespace) -> int:
     from numpyro_dpgm.metrics import marginal_l1_error, noisy_tables_l1
 
     numpyro.enable_x64()
-    data = [d for d in args.data if d != "titanic" or (SHARED_DATA / "titanic.csv").exists()]
-    if len(data) < len(args.data):
-        print(f"titanic skipped: {SHARED_DATA / 'titanic.csv'} is not there")
+    data = workloads.available_release_data(args.data)
     labels = ["default"] + [f"{s:g}" for s in args.scales]
     record = new_record("naive_l2", {"data": data, "sizes": args.sizes,
                                      "epsilons": args.epsilons, "seeds": args.seeds,
                                      "scales": args.scales, "max_iters": args.max_iters})
     rows = []
-    for name, size in release_cases(data, args.sizes):
+    for name, size in workloads.release_cases(data, args.sizes):
         label_of = name if size is None else f"{name} N={size}"
         for eps in args.epsilons:
             for seed, (net, meas, total, error, tables) in enumerate(
-                    releases(name, size, eps, range(args.seeds))):
+                    workloads.releases(name, size, eps, range(args.seeds))):
                 ratio = statistics.mean(m.noise.scale * m.num_cells / total for m in meas)
                 row: dict[str, Any] = {"data": label_of, "epsilon": eps, "seed": seed,
                                        "r": ratio, "floor": vanishing_floor(total),
@@ -116,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
                     entry[f"{k} {what} (mean)"] = statistics.mean(r[f"{k} {what}"] for r in sel)
                 entry[f"{k} converged (all)"] = all(r[f"{k} converged"] for r in sel)
             summary[f"{name} eps={eps:g}"] = entry
-    record.update(summary=summary, rows=rows, error=RELEASE_ERRORS)
+    record.update(summary=summary, rows=rows, error=workloads.RELEASE_ERRORS)
     write_results(args.out, "naive_l2", record, rows, indent=2)
     print("\nmean released L1 / error (mean iterations); noisy: the clipped noisy tables")
     for key, v in summary.items():

@@ -26,9 +26,10 @@ import networkx as nx
 import numpy as np
 
 __all__ = ["ADULT_EDGES", "QUERY", "RELEASE_DATA", "RELEASE_ERRORS", "SHARED_DATA", "Clique",
-           "Workload", "adult_data", "adult_workload", "mbi_problem", "mutual_information",
-           "release_cases", "releases", "seed002_records", "seed002_release",
-           "three_way_workload", "titanic", "tree_workload"]
+           "Workload", "add_release_arguments", "adult_data", "adult_workload",
+           "available_release_data", "mbi_problem",
+           "mutual_information", "release_cases", "releases", "seed002_records",
+           "seed002_release", "shared_dataset", "three_way_workload", "tree_workload"]
 
 #: The out-of-model query of the Adult workloads (no clique of either holds it).
 QUERY = ("age", "fnlwgt", "capital-gain")
@@ -298,14 +299,36 @@ def _tables_case(dataset: Any, cliques: list, eps: float, seed: int) -> tuple:
             truth)
 
 
-def titanic() -> Any:
+def shared_dataset(name: str) -> Any:
+    """``name``'s records and domain from :data:`SHARED_DATA` (``NAME.csv``,
+    ``NAME-domain.json``), as a :class:`numpyro_dpgm.data.Dataset`."""
     import pandas as pd
 
     from numpyro_dpgm.data import Dataset
     from numpyro_dpgm.domain import Domain
 
-    domain = Domain(json.loads((SHARED_DATA / "titanic-domain.json").read_text()))
-    return Dataset(pd.read_csv(SHARED_DATA / "titanic.csv")[list(domain.attrs)], domain)
+    domain = Domain(json.loads((SHARED_DATA / f"{name}-domain.json").read_text()))
+    return Dataset(pd.read_csv(SHARED_DATA / f"{name}.csv")[list(domain.attrs)], domain)
+
+
+def add_release_arguments(parser: Any, *, sizes: list[int], seeds: int) -> None:
+    """The options that pick :func:`releases`: ``--data``, ``--sizes`` (records of the
+    ``chain3`` and ``er`` populations), ``--epsilons`` and ``--seeds`` (releases per data set,
+    size and ε), with the benchmark's defaults for the last two."""
+    parser.add_argument("--data", nargs="+", default=list(RELEASE_DATA), choices=RELEASE_DATA)
+    parser.add_argument("--sizes", type=int, nargs="+", default=sizes,
+                        help="records of the chain3 and er populations")
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 1.0, 10.0])
+    parser.add_argument("--seeds", type=int, default=seeds,
+                        help="releases per data set, size and ε")
+
+
+def available_release_data(data: Sequence[str]) -> list[str]:
+    """``data`` without ``titanic`` when :data:`SHARED_DATA` lacks it (said on stdout)."""
+    keep = [d for d in data if d != "titanic" or (SHARED_DATA / "titanic.csv").exists()]
+    if len(keep) < len(data):
+        print(f"titanic skipped: {SHARED_DATA / 'titanic.csv'} is not there")
+    return keep
 
 
 def release_cases(data: list[str], sizes: list[int]) -> list[tuple[str, int | None]]:
@@ -324,7 +347,7 @@ def releases(name: str, size: int | None, eps: float, seeds: range) -> Iterator[
             dataset = load_demo("adult")
             cliques = list(ADULT_TREE) + [(a,) for a in dataset.domain.attrs]
         else:
-            dataset = titanic()
+            dataset = shared_dataset("titanic")
             attrs = list(dataset.domain.attrs)
             cliques = list(tree_workload(dataset.to_array(), attrs,
                                          [dataset.domain[a] for a in attrs]).cliques)
