@@ -326,8 +326,10 @@ def prox_pgm(
         tables: Stein's unbiased risk estimate ``2L − m + 2·df`` with the divergence ``df``
         by forward-mode differentiation of the path (for Laplace noise, Stein's identity for
         the Laplace density; :mod:`~numpyro_dpgm.estimation.risk_stop`). It runs until the
-        estimate has not improved for a while, so it costs more iterations than
-        ``"discrepancy"``, each an oracle JVP (along
+        estimate has not improved for a while (a quarter of the iterations from the noise
+        level to the best iterate,
+        :data:`~numpyro_dpgm.estimation.risk_stop.PATIENCE_SHARE`), so it costs more
+        iterations than ``"discrepancy"``, each an oracle JVP (along
         :data:`~numpyro_dpgm.estimation.risk_stop.PROBES` tangents) instead of an oracle
         call: at low noise on large models that is slow (Appendix C.4 at ε = 10: 5,000
         iterations in half an hour, total variation 0.0072 against the optimum's 0.0090),

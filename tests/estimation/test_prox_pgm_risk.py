@@ -12,6 +12,7 @@ import pytest
 from test_prox_pgm import table_measurements
 
 from numpyro_dpgm import MarkovNetwork, MarkovRandomField
+from numpyro_dpgm.estimation import risk_stop
 from numpyro_dpgm.estimation.losses import build_terms, group_answers, group_terms
 from numpyro_dpgm.estimation.mirror_descent import MarginalLoss
 from numpyro_dpgm.estimation.prox_pgm import ProxPGMConvergenceWarning, prox_pgm
@@ -112,6 +113,21 @@ def test_risk_estimate_is_unbiased_under_gaussian_noise():
         fit = np.concatenate([np.ravel(a) for a in group_answers(state.md.mu, groups)])
         gaps.append(float(state.risk) - float(np.sum((fit - truth) ** 2)) / noise.variance)
     assert abs(np.mean(gaps)) <= 4 * np.std(gaps) / math.sqrt(len(gaps))
+
+
+@pytest.mark.parametrize(("total", "share_binds"), [(500.0, False), (1e5, True)])
+def test_path_waits_a_share_of_the_way_from_the_noise_level_to_the_best_iterate(total,
+                                                                                  share_binds):
+    rng = np.random.default_rng(12)
+    theta = 2.0 * rng.normal(size=TREE.num_params)
+    ms = table_measurements(TREE, theta, total, Laplace(20.0), rng)
+    fit = prox_pgm(ms, TREE, total_count=total, stop="risk", max_iters=5000)
+    x = fit.extras
+    assert x["stopped_by"] == "risk"
+    best, pilot = x["selected_iteration"], x["pilot_iteration"]
+    share = risk_stop.PATIENCE_SHARE * (best - pilot)
+    assert (share > risk_stop.PATIENCE) == share_binds
+    assert fit.iterations - best == math.ceil(max(risk_stop.PATIENCE, share))
 
 
 def test_fit_is_the_selected_iterate_of_least_estimated_risk():
