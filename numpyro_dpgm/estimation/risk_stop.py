@@ -87,10 +87,10 @@ PROBES = 4
 PATIENCE = 50
 #: The path waits ``PATIENCE_SHARE·(t_best − t_pilot)`` iterations without improvement (at least
 #: :data:`PATIENCE`). Measured with this constant set by hand to 1 (the earlier rule), 0.5 and
-#: 0.25: ``python -m benchmarks stopping --releases 50`` picked iterates of the same mean error on all four problems (within
-#: 0.02 %) while the mean path fell from 1,026 to 685 iterations on ``chain``; on Adult's tree at
-#: ε = 1 (the demo's release and seeds 1–3, probe keys 0–2, by hand) 0.25 picked the same iterate
-#: in all 12 paths with 28 % fewer iterations.
+#: 0.25: ``python -m benchmarks stopping --releases 50`` picked iterates of the same mean error
+#: on all four problems (within 0.02 %) while the mean path fell from 1,026 to 685 iterations on
+#: ``chain``; on Adult's tree at ε = 1 (the demo's release and seeds 1–3, probe keys 0–2, by
+#: hand) 0.25 picked the same iterate in all 12 paths with 28 % fewer iterations.
 PATIENCE_SHARE = 0.25
 #: The budget is given up early when the loss's excess over the noise level, extrapolated as a
 #: geometric decrease ``SPEEDUP`` times as fast as over the last ``LOOKBACK`` iterations, would
