@@ -1,11 +1,11 @@
 """CGM-EM's start and E-step length against naive MLE, on data its defaults were not set on.
 
 ``cgm_em`` starts from a naive MLE with ``init_l2_scale`` times the naive rule's L2 strength and
-runs 10 EM iterations of ``inner_iters`` NLBP steps each: both settings regularise (a smoother
-start, a shorter E-step) and set its cost. This benchmark fits every setting given by
-``--configs`` (``SCALE:INNER`` pairs) and naive MLE with its defaults to the same releases and
-reports each fit's error and wall time, so that a default is chosen by measurement and checked
-on data it was not chosen on.
+runs ``max_iters`` EM iterations (10) of ``inner_iters`` NLBP steps each: all three settings
+regularise (a smoother start, a shorter E-step, fewer iterations) and set its cost. This
+benchmark fits every setting given by ``--configs`` (``SCALE:INNER`` or ``SCALE:INNER:ITERS``)
+and naive MLE with its defaults to the same releases and reports each fit's error and wall
+time, so that a default is chosen by measurement and checked on data it was not chosen on.
 
 Releases (Laplace noise of scale ``b = |C|/ε`` on every released table, add/remove neighbours,
 the seeded JAX sampler; ``--seeds`` releases per data set and ε):
@@ -31,7 +31,7 @@ the time ratio divides by naive MLE's time on the same release. The 1-minute loa
 recorded beside every row.
 
 Run ``python -m benchmarks cgm_defaults [--data ...] [--epsilons ...] [--seeds K]
-[--sizes N ...] [--configs 4:50 1:15 ...] [--out DIR]``; writes ``cgm_defaults.json`` and
+[--sizes N ...] [--configs 4:50 1:15 1:15:1 ...] [--out DIR]``; writes ``cgm_defaults.json`` and
 ``cgm_defaults.csv``.
 """
 
@@ -60,7 +60,7 @@ DESCRIPTION = "CGM-EM's start scale and E-step length vs naive MLE: error and ti
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_release_arguments(parser, sizes=[10_000], seeds=3)
     parser.add_argument("--configs", nargs="+", default=["4:50", "1:15"],
-                        help="cgm_em settings as INIT_L2_SCALE:INNER_ITERS")
+                        help="cgm_em settings as INIT_L2_SCALE:INNER_ITERS[:MAX_ITERS]")
     add_out_argument(parser, "cgm_defaults")
 
 
@@ -73,14 +73,28 @@ def _timed(fit: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, result
 
 
-def _fits(configs: list[tuple[float, int]], network: Any, meas: list,
+def _config(text: str) -> tuple[float, int, int]:
+    """``SCALE:INNER[:ITERS]`` → ``(init_l2_scale, inner_iters, max_iters)``."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise SystemExit(f"--configs: {text!r} is not SCALE:INNER or SCALE:INNER:ITERS")
+    return float(parts[0]), int(parts[1]), int(parts[2]) if len(parts) == 3 else 10
+
+
+def _label(config: tuple[float, int, int]) -> str:
+    scale, inner, iters = config
+    return f"{scale:g}:{inner}" + ("" if iters == 10 else f":{iters}")
+
+
+def _fits(configs: list[tuple[float, int, int]], network: Any, meas: list,
           total: float) -> dict[str, Callable[[], Any]]:
     from numpyro_dpgm.estimation import cgm_em, naive_mle
 
     fits = {"naive": lambda: naive_mle(meas, network, total_count=total)}
-    for scale, inner in configs:
-        fits[f"{scale:g}:{inner}"] = (lambda s=scale, k=inner: cgm_em(
-            meas, network, total_count=total, init_l2_scale=s, inner_iters=k))
+    for config in configs:
+        fits[_label(config)] = (lambda c=config: cgm_em(
+            meas, network, total_count=total, init_l2_scale=c[0], inner_iters=c[1],
+            max_iters=c[2]))
     return fits
 
 
@@ -92,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
     from numpyro_dpgm.metrics import marginal_l1_error, noisy_tables_l1
 
     numpyro.enable_x64()
-    configs = [(float(c.split(":")[0]), int(c.split(":")[1])) for c in args.configs]
+    configs = [_config(c) for c in args.configs]
     data = available_release_data(args.data)
     record = new_record("cgm_defaults", {"data": data, "epsilons": args.epsilons,
                                          "seeds": args.seeds, "sizes": args.sizes,
@@ -125,9 +139,9 @@ def main(args: argparse.Namespace) -> int:
                 rows.append(row)
                 print(f"{label_of:12s} ε={eps:<4g} seed={seed} " + "  ".join(
                     f"{k} {row[k + ' error']:.4f} ({row[k + ' s']:.2f}s)"
-                    for k in ["naive"] + [f"{s:g}:{i}" for s, i in configs]), flush=True)
+                    for k in ["naive"] + [_label(c) for c in configs]), flush=True)
     summary = {}
-    labels = ["naive"] + [f"{s:g}:{i}" for s, i in configs]
+    labels = ["naive"] + [_label(c) for c in configs]
     for name in dict.fromkeys(r["data"] for r in rows):
         for eps in args.epsilons:
             sel = [r for r in rows if r["data"] == name and r["epsilon"] == eps]

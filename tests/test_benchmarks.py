@@ -258,11 +258,13 @@ def test_cgm_defaults_compares_every_setting_with_naive_on_the_same_release(
         tmp_path: Path) -> None:
     """``python -m benchmarks cgm_defaults`` on one small release: one row per release with an
     error and a time per setting and for naive MLE; a setting of one EM step from the naive fit
-    with one NLBP step cannot be exactly naive's fit, and its error is a KL (non-negative)."""
-    record = _one_small_release("cgm_defaults", tmp_path, "--configs", "1:1", "4:3")
+    with one NLBP step cannot be exactly naive's fit, nor the same after one EM iteration as
+    after ten (``1:1:1`` against ``1:1``), and its error is a KL (non-negative)."""
+    record = _one_small_release("cgm_defaults", tmp_path, "--configs", "1:1", "4:3", "1:1:1")
     (row,) = record["rows"]
     assert row["data"] == "er N=500" and row["epsilon"] == 1.0
-    for label in ("naive", "1:1", "4:3"):
+    assert row["1:1:1 error"] != row["1:1 error"]
+    for label in ("naive", "1:1", "4:3", "1:1:1"):
         assert row[f"{label} error"] >= 0 and row[f"{label} s"] > 0
         assert 0 < row[f"{label} released L1"] < 2
     assert 0 < row["noisy released L1"] < 2
