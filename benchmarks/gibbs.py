@@ -12,7 +12,7 @@ Three studies, each run on both paths of :func:`numpyro_dpgm.infer.bayes.run_nut
   tables (97 cells, 48,842 records); ``mid``, the demo tree's edges among ``marital-status,
   relationship, sex, race, income>50K, education-num, occupation, workclass, hours-per-week``
   with their one-way tables (842 cells); ``capital``, ``income>50K – capital-gain –
-  capital-loss`` (the demo tree's leakiest table, 10,401 cells); ``tree``, the demo's whole tree
+  capital-loss`` (the demo tree's leakiest table, 10,402 cells); ``tree``, the demo's whole tree
   with its one-way tables (20,774 cells); ``big-small``, ``big-mid``, ``big-tree``:
   the same networks on ``--records`` records (default 250,000) drawn from the model fitted to
   Adult's true tables (junction-tree MLE). Figures per run: wall time (compilation included),

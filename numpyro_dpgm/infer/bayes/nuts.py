@@ -68,8 +68,9 @@ PINNED_SHARE = 0.075
 #: normal relaxation's 90 % intervals covered 85 % against the exact path's 91 %, and Adult's
 #: 97-cell releases (variance 162 and more), where it had 4–54 times the ESS per second of the
 #: ``lgamma`` relaxation on all four and moves no mass into near-empty cells. On Adult's 842-cell
-#: releases (``gibbs-mid-*-cpu.json``) neither relaxation mixed, and ``lgamma`` had 4.7 times its
-#: ESS per second at ε = 1 (about the same at ε = 0.1).
+#: releases (``gibbs-mid-*-cpu.json``, ``gibbs-bigmid-lgamma-cpu.jsonl``) neither relaxation
+#: mixed: ``lgamma`` had 4.7 times its ESS per second on Adult's records at ε = 1 (about the
+#: same at ε = 0.1), a fifth of it on 250,000 records at ε = 1.
 NORMAL_MIN_VARIANCE = 50.0
 
 #: Statistics :func:`run_nuts` collects per draw (besides ``diverging``), for ArviZ.
@@ -93,7 +94,8 @@ def choose_path(
     unless ``exact=True``. Otherwise, with the conditional coding, ``exact=None`` picks the
     normal path where the noise variance of every released value is at least
     :data:`NORMAL_MIN_VARIANCE` counts² (there the counts' discreteness is hidden in the noise;
-    measured on Adult's 97-cell releases it mixed fastest, not on its 842-cell ones). Else
+    measured on Adult's 97-cell releases it mixed fastest; on its 842-cell ones neither
+    relaxation mixed, nor was either the faster on every release). Else
     ``exact=None`` picks the exact path when the relaxation leak of the latent tables at the
     starting ``θ`` exceeds :data:`~numpyro_dpgm.distributions.relaxation.LEAK_TOLERANCE`, or
     when the release pins the counts: the median over the released values of the noise's
