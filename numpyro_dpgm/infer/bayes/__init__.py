@@ -8,12 +8,16 @@ starting points of :mod:`.initialization`. On the exact path :mod:`.gibbs` runs 
 Gibbs with the record swaps of :mod:`.records` (and the optional non-centred moves of
 :mod:`.interweave`); :mod:`.checks` warns on poor convergence and on leaky relaxed posteriors,
 and :mod:`.extend` draws further batches until a run has converged;
-:mod:`.labels` names the cells of a network's flat layout.
+:mod:`.labels` names the cells of a network's flat layout. A model of your own with exact CGM
+sites runs :class:`.count_gibbs.CGMGibbs` (record moves within Gibbs, sites found by
+:mod:`.count_sites`).
 """
 
 from .checks import ConvergenceWarning
 from .coding import ReferenceCoding, reference_coding
 from .conditional import ConditionalCoding, conditional_coding
+from .count_gibbs import CGMGibbs, RecordMoves
+from .count_sites import CountSiteError, count_layout
 from .gibbs import exact_gibbs_fn, exact_kernel
 from .initialization import init_to_interior
 from .labels import cell_labels
@@ -22,6 +26,10 @@ from .nuts import run_nuts
 from .svi import SVIFit, run_svi
 
 __all__ = [
+    "CGMGibbs",
+    "CountSiteError",
+    "RecordMoves",
+    "count_layout",
     "ConditionalCoding",
     "ConvergenceWarning",
     "NoisyMarginalsModel",

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import MCMC, NUTS
+from numpyro.infer.gibbs import prototype_trace
 
 from ..._deprecation import renamed_key
 from ...distributions.cgm import CollectiveGraphicalModel
@@ -42,6 +43,8 @@ from .checks import (
     warn_relaxed_leak,
 )
 from .conditional import ConditionalCoding
+from .count_gibbs import CGMGibbs, RecordMoves
+from .count_sites import exact_count_sites
 from .extend import draw_until
 from .gibbs import exact_kernel
 from .initialization import _init_values, init_to_interior
@@ -288,6 +291,20 @@ def run_nuts(
     started = time.perf_counter()
     method = _chain_method(chain_method, num_chains)
     values = _init_values(model, init)
+    if not isinstance(model, NoisyMarginalsModel):
+        counts, others = _user_sites(model, model_args, model_kwargs)
+        if counts and exact is not False:
+            return _finish(_run_user_exact(
+                model, rng_key, model_args, model_kwargs, counts, others, values,
+                num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                method=method, progress_bar=progress_bar, radius=radius,
+                target_accept_prob=target_accept_prob, dense_mass=dense_mass,
+                max_tree_depth=max_tree_depth, gibbs_moves=gibbs_moves),
+                started, time_limit, target_ess, callback, check, max_tree_depth)
+        if counts:
+            raise ValueError(f"exact=False, but the model's site(s) {list(counts)} are exact CGM "
+                             "tables, which NUTS cannot move; build them with relaxed=True for "
+                             "the relaxed path")
     path, reason = choose_path(model, exact, values)
     if path != "exact":
         sampled = model
@@ -326,6 +343,15 @@ def run_nuts(
         mcmc.run(rng_key, *model_args, extra_fields=fields, init_params={"n": n0},
                  **model_kwargs)
     mcmc.path, mcmc.path_reason, mcmc.model, mcmc.batches = path, reason, sampled, 0
+    mcmc.fields = fields
+    return _finish(mcmc, started, time_limit, target_ess, callback, check, max_tree_depth)
+
+
+def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: float,
+            callback: Callable[[MCMC, int], None] | None, check: bool, max_tree_depth: int,
+            ) -> MCMC:
+    """Further batches within ``time_limit``, the convergence figures and the warnings."""
+    sampled, path, fields = mcmc.model, mcmc.path, mcmc.fields
     if time_limit is not None:
         spent = time.perf_counter() - started
 
@@ -341,6 +367,47 @@ def run_nuts(
         mcmc.convergence = _figures(mcmc, sampled, max_tree_depth)
     if check:
         _check(mcmc, sampled, path)
+    return mcmc
+
+
+def _user_sites(model: Callable[..., Any], model_args: tuple, model_kwargs: dict
+                ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The exact CGM sites of a model of your own, and its other latent sample sites."""
+    with jax.ensure_compile_time_eval():
+        tr = prototype_trace(model, jax.random.key(0), model_args, model_kwargs)
+    counts = exact_count_sites(tr)
+    others = tuple(k for k, s in tr.items() if s["type"] == "sample" and not s["is_observed"]
+                   and k not in counts)
+    return counts, others
+
+
+def _run_user_exact(model: Callable[..., Any], rng_key: Array, model_args: tuple,
+                    model_kwargs: dict, counts: tuple, others: tuple, values: Mapping,
+                    *, num_warmup: int, num_samples: int, num_chains: int, method: str,
+                    progress_bar: bool, radius: float, target_accept_prob: float,
+                    dense_mass: bool | None, max_tree_depth: int, gibbs_moves: int | None,
+                    ) -> MCMC:
+    """A model of your own with exact CGM sites: NUTS within Gibbs with record moves
+    (:class:`~.count_gibbs.CGMGibbs`), or the record moves alone where no other site is
+    latent."""
+    if others:
+        inner = NUTS(model, init_strategy=init_to_interior(values=values, radius=radius),
+                     target_accept_prob=target_accept_prob, dense_mass=bool(dense_mass),
+                     max_tree_depth=max_tree_depth)
+        kernel, fields = CGMGibbs(inner, moves=gibbs_moves), ("diverging",) + NUTS_FIELDS
+    else:
+        kernel, fields = RecordMoves(model, moves=gibbs_moves), ("diverging",)
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                chain_method="sequential" if method == "vectorized" else method,
+                progress_bar=progress_bar, progress_rate=1)
+    init_params = {k: values[k] for k in counts if k in values} or None
+    mcmc.run(rng_key, *model_args, extra_fields=fields, init_params=init_params,
+             **model_kwargs)
+    mcmc.path, mcmc.model, mcmc.batches, mcmc.fields = "exact", model, 0, fields
+    mcmc.path_reason = (f"the model's site(s) {', '.join(map(repr, counts))} are exact CGM "
+                        "tables: record moves on them" + (
+                            f" within Gibbs, NUTS on {', '.join(map(repr, others))}"
+                            if others else ""))
     return mcmc
 
 
@@ -365,9 +432,9 @@ def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
 
 
 def _check(mcmc: MCMC, model: Any, path: str) -> None:
-    warn_convergence(mcmc.convergence, path, stacklevel=5)
+    warn_convergence(mcmc.convergence, path, stacklevel=6)
     samples = mcmc.get_samples(group_by_chain=True)
     if path == "relaxed" and isinstance(model, NoisyMarginalsModel) and "theta" in samples:
         theta = np.asarray(samples["theta"])
         leaks = posterior_leak(model, theta.reshape((-1,) + theta.shape[2:]))
-        warn_relaxed_leak(leaks, float(model.total_count), stacklevel=5)
+        warn_relaxed_leak(leaks, float(model.total_count), stacklevel=6)

@@ -65,7 +65,9 @@ from ...inference import junction_tree as jt
 from ...network import MarkovNetwork
 
 __all__ = [
+    "DealPlan",
     "RecordPlan",
+    "deal_plan",
     "exact_count_update",
     "record_plan",
     "record_update",
@@ -138,17 +140,46 @@ def _strides(domain_shape: tuple, positions: list[int], d: int) -> np.ndarray:
     return w
 
 
-def record_plan(model: Any) -> RecordPlan:
-    """The :class:`RecordPlan` of a :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel`."""
-    latent = model.latent_network
-    layout = decomposable_layout(latent)
-    covered = layout.covered
+class DealPlan(NamedTuple):
+    """How records are dealt from the tables of a network (:func:`deal_plan`).
+
+    Attributes
+    ----------
+    network : MarkovNetwork
+        The network restricted to the attributes its cliques cover (records hold one code per
+        attribute of its domain, in domain order); same flat layout as the original.
+    total : int
+        The number of records dealt (an upper bound when a count is passed to
+        :func:`records_from_tables`).
+    deals : tuple
+        Root-first junction-tree steps that lay records out from tables.
+    """
+
+    network: MarkovNetwork
+    total: int
+    deals: tuple
+
+
+def deal_plan(network: MarkovNetwork, total: int) -> DealPlan:
+    """The :class:`DealPlan` of a decomposable ``network`` for up to ``total`` records.
+
+    Raises
+    ------
+    ValueError
+        If the network is not decomposable (its cliques are not a junction tree's).
+    """
+    covered = decomposable_layout(network).covered
     dom = covered.domain
     d = len(dom.attrs)
     col = {a: i for i, a in enumerate(dom.attrs)}
     dshape = tuple(dom[a] for a in dom.attrs)
     tree = jt.build_junction_tree(covered, "min_fill")
     by_set = {frozenset(c): c for c in covered.cliques}
+    missing = [c for c in tree.cliques if frozenset(c) not in by_set]
+    if missing:
+        raise ValueError(f"the network's cliques {list(covered.cliques)} are not a junction "
+                         f"tree's (no table for {missing}): record moves need a decomposable "
+                         "network")
     deals = []
     for i in tree.order:
         clique = by_set[frozenset(tree.cliques[i])]
@@ -162,6 +193,16 @@ def record_plan(model: Any) -> RecordPlan:
                 [col[a] for a in sep]], dtype=np.int32),
             new_pos=np.asarray([col[a] for a in new], dtype=np.int32),
             new_shape=tuple(dom[a] for a in new)))
+    return DealPlan(covered, int(total), tuple(deals))
+
+
+def record_plan(model: Any) -> RecordPlan:
+    """The :class:`RecordPlan` of a :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel`."""
+    covered, _, deals = deal_plan(model.latent_network, int(model.total_count))
+    dom = covered.domain
+    d = len(dom.attrs)
+    col = {a: i for i, a in enumerate(dom.attrs)}
+    dshape = tuple(dom[a] for a in dom.attrs)
     id_cols, id_offsets, queries = [], [], []
     start = 0
     for r, m in zip(model._readouts, model.measurements, strict=True):
@@ -176,30 +217,37 @@ def record_plan(model: Any) -> RecordPlan:
         start += size
     id_strides = (np.stack(id_cols, axis=1) if id_cols
                   else np.zeros((d, 0), dtype=np.int32)).astype(np.int32)
-    return RecordPlan(covered, int(model.total_count), tuple(deals), id_strides,
+    return RecordPlan(covered, int(model.total_count), deals, id_strides,
                       np.asarray(id_offsets, dtype=np.int32), tuple(queries),
                       model.noise_family, np.asarray(model.noise_scales, dtype=float))
 
 
-def records_from_tables(plan: RecordPlan, n: Array, rng_key: Array) -> Array:
+def records_from_tables(plan: Any, n: Array, rng_key: Array, count: Array | None = None
+                        ) -> Array:
     """A sequence of ``N`` records drawn uniformly among those whose tables are ``n``.
 
     Parameters
     ----------
-    plan : RecordPlan
+    plan : RecordPlan or DealPlan
     n : array ``(num_params,)``
         Integer-valued, consistent tables in the latent network's layout.
     rng_key : PRNG key
+    count : int array, optional
+        ``N`` when the tables hold fewer than ``plan.total`` records: the first ``N`` rows are
+        the records, the rest padding (codes of no meaning).
 
     Returns
     -------
-    int32 array ``(N, d)``
+    int32 array ``(plan.total, d)``
         Codes in the order of ``plan.network.domain``.
     """
     total = plan.total
     d = len(plan.network.domain.attrs)
     codes = jnp.zeros((total, d), dtype=jnp.int32)
     keys = jax.random.split(rng_key, len(plan.deals))
+    # padding rows sort last, so that the records are the first ``count`` rows in every deal
+    pad = (jnp.zeros(total, dtype=bool) if count is None
+           else jnp.arange(total) >= jnp.asarray(count))
     for deal, key in zip(plan.deals, keys, strict=True):
         table = jnp.transpose(jnp.reshape(n[deal.slot], deal.shape), deal.perm)
         counts = jnp.round(jnp.ravel(table)).astype(jnp.int32)
@@ -209,9 +257,12 @@ def records_from_tables(plan: RecordPlan, n: Array, rng_key: Array) -> Array:
             # records grouped by separator cell (the rows of the table), random order within
             row = codes[:, deal.sep_pos] @ jnp.asarray(deal.sep_strides)
             u = jax.random.uniform(key, (total,), dtype=jnp.result_type(float))
-            order = jnp.lexsort((u, row))
-        else:
+            order = jnp.lexsort((u, row, pad))
+        elif count is None:
             order = jax.random.permutation(key, total)
+        else:
+            u = jax.random.uniform(key, (total,), dtype=jnp.result_type(float))
+            order = jnp.lexsort((u, pad))
         if not deal.new_pos.size:
             continue
         rest = cells % int(np.prod(deal.new_shape))
