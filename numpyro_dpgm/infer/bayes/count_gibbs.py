@@ -97,6 +97,19 @@ def _site_plans(layout: CountLayout) -> tuple[_Site, ...]:
     return tuple(out)
 
 
+def _cell_strides(net: Any) -> tuple[Array, Array]:
+    """``(d, C)`` strides and ``(2C,)`` offsets so that ``x @ strides`` stacked twice plus the
+    offsets are the flat cells of records ``x_old`` and ``x_new`` in every clique."""
+    dom = net.domain
+    strides = np.zeros((len(dom.attrs), len(net.cliques)), dtype=np.int32)
+    for j, (clique, shape) in enumerate(zip(net.cliques, net.shapes, strict=True)):
+        step = np.cumprod((1,) + tuple(shape)[::-1])[:-1][::-1]
+        for a, s in zip(clique, step, strict=True):
+            strides[dom.index(a), j] = s
+    offsets = np.asarray(net.offsets, dtype=np.int32)
+    return jnp.asarray(strides), jnp.asarray(np.concatenate([offsets, offsets]))
+
+
 def _swaps(site: _Site, families: np.ndarray, records: Array, n: Array, pred: Array, y: Array,
            scale: Array, theta: Array, moves: int, rng_key: Array) -> tuple:
     """``moves`` record swaps per set of tables of one count site, in sequence.
@@ -113,27 +126,29 @@ def _swaps(site: _Site, families: np.ndarray, records: Array, n: Array, pred: Ar
     idx = jnp.floor(jax.random.uniform(k_idx, (nb * moves,)) * totals).astype(jnp.int32)
     log_u = jnp.log(jax.random.uniform(k_u, (nb * moves,), dtype=pred.dtype))
     rows_of, coefs_of = jnp.asarray(site.rows), jnp.asarray(site.coefs, dtype=pred.dtype)
+    strides, offsets = _cell_strides(net)
+    pairs = jnp.tril(jnp.ones((len(offsets) * site.rows.shape[1],) * 2, dtype=bool), -1)
     fams = families
 
     def body(carry: tuple, inp: tuple) -> tuple:
         recs, tables, ans = carry
         b, i, x_new, lu = inp
         x_old = recs[b, i]
-        c_old = b * P + net.cell_indices(x_old)
-        c_new = b * P + net.cell_indices(x_new)
-        rows = jnp.concatenate([rows_of[c_old], rows_of[c_new]]).ravel()
-        delta = jnp.concatenate([-coefs_of[c_old], coefs_of[c_new]]).ravel()
+        cells = b * P + jnp.concatenate([x_old @ strides, x_new @ strides]) + offsets
+        rows, half = rows_of[cells].ravel(), cells.shape[0] // 2
+        sign = jnp.where(jnp.arange(cells.shape[0]) < half, -1.0, 1.0).astype(ans.dtype)
+        delta = (sign[:, None] * coefs_of[cells]).ravel()
         same = rows[:, None] == rows[None, :]
         change = same.astype(delta.dtype) @ delta      # each answer's total change
-        first = ~jnp.any(jnp.tril(same, -1), axis=1)   # count each answer once
-        fam = jnp.asarray(fams)[rows]
-        gain = (answer_log_lik(fam, fams, y[rows], ans[rows] + change, scale[rows])
-                - answer_log_lik(fam, fams, y[rows], ans[rows], scale[rows]))
+        first = ~jnp.any(same & pairs, axis=1)         # count each answer once
+        cur, yy, ss = ans[rows], y[rows], scale[rows]
+        ll = answer_log_lik(jnp.asarray(fams)[rows], fams, jnp.stack([yy, yy]),
+                            jnp.stack([cur + change, cur]), jnp.stack([ss, ss]))
         keep = first & (rows < ans.shape[0] - 1)
-        accept = lu < jnp.sum(jnp.where(keep, gain, 0.0))
+        accept = lu < jnp.sum(jnp.where(keep, ll[0] - ll[1], 0.0))
         a = accept.astype(ans.dtype)
         ans = ans.at[rows].add(a * delta)
-        tables = tables.at[c_old].add(-a).at[c_new].add(a)
+        tables = tables.at[cells].add(a * sign)
         recs = recs.at[b, i].set(jnp.where(accept, x_new, x_old))
         return (recs, tables, ans), accept
 
@@ -142,9 +157,29 @@ def _swaps(site: _Site, families: np.ndarray, records: Array, n: Array, pred: Ar
     return records, n, pred, accepted
 
 
+def _laplace(y: Array, loc: Array, scale: Array) -> Array:
+    return -jnp.abs(y - loc) / scale
+
+
+def _gaussian(y: Array, loc: Array, scale: Array) -> Array:
+    return -0.5 * ((y - loc) / scale) ** 2
+
+
+def _family_log_lik(code: int) -> Callable[[Array, Array, Array], Array]:
+    """``(y, loc, scale) ↦`` the log likelihood of family ``code`` up to terms that do not
+    depend on ``loc`` (none are dropped for the discrete families, whose normaliser does)."""
+    if code == 0:
+        return _laplace
+    if code == 1:
+        return _gaussian
+    family = NOISE_FAMILIES[code]
+    return lambda y, loc, scale: family(loc, scale).log_prob(y)
+
+
 def answer_log_lik(codes: Array, present: np.ndarray, y: Array, loc: Array,
                    scale: Array) -> Array:
-    """Per-answer log likelihood ``log p(y_i | loc_i)`` in the noise family of each answer.
+    """Per-answer log likelihood ``log p(y_i | loc_i)`` in the noise family of each answer, up
+    to terms that do not depend on ``loc``.
 
     Parameters
     ----------
@@ -154,9 +189,12 @@ def answer_log_lik(codes: Array, present: np.ndarray, y: Array, loc: Array,
         The family codes that occur (static).
     y, loc, scale : arrays of the shape of ``codes``
     """
+    kinds = np.unique(present)
+    if kinds.size == 1:
+        return _family_log_lik(int(kinds[0]))(y, loc, scale)
     out = jnp.zeros(jnp.shape(loc), dtype=jnp.result_type(loc, float))
-    for code in np.unique(present):
-        out = jnp.where(codes == code, NOISE_FAMILIES[int(code)](loc, scale).log_prob(y), out)
+    for code in kinds:
+        out = jnp.where(codes == code, _family_log_lik(int(code))(y, loc, scale), out)
     return out
 
 
