@@ -40,6 +40,7 @@ from numpyro import handlers
 from numpyro.infer import Gibbs
 from numpyro.infer.gibbs import GIBBS_SITES_KWARG, prototype_trace
 from numpyro.infer.hmc import HMC
+from numpyro.infer.hmc_gibbs import HMCGibbsState
 from numpyro.infer.mcmc import MCMCKernel
 
 from ...inference import junction_tree as jt
@@ -50,12 +51,42 @@ from .count_sites import (
     exact_count_sites,
     inner_distribution,
 )
-from .gibbs import ExactState, default_moves
 from .records import DealPlan, deal_plan, records_from_tables
 
-__all__ = ["CGMGibbs", "RecordMoves", "RecordMovesState", "answer_log_lik"]
+__all__ = ["CGMGibbs", "ExactState", "MAX_DEFAULT_MOVES", "RecordMoves", "RecordMovesState",
+           "answer_log_lik", "default_moves"]
 
 Array = Any
+
+
+#: Record swaps per update at most, by default (each costs about 2 µs on a CPU core).
+MAX_DEFAULT_MOVES = 20_000
+
+
+def default_moves(total_count: int) -> int:
+    """``K = min(N, max(1000, N / 4), 20 000)`` record swaps per update."""
+    return int(min(total_count, max(1000, total_count // 4), MAX_DEFAULT_MOVES))
+
+
+def _from_nuts(field: str) -> property:
+    """A property that reads ``field`` of the state's NUTS block."""
+    return property(lambda self: getattr(self.hmc_state, field),
+                    doc=f"NUTS's ``{field}`` (the last block's state).")
+
+
+class ExactState(HMCGibbsState):
+    """:class:`~numpyro.infer.hmc_gibbs.HMCGibbsState` that also answers NUTS's statistics
+    (``diverging``, ``num_steps``, ``accept_prob``, ``potential_energy``, ``energy``,
+    ``adapt_state``) from its NUTS block, so that ``extra_fields`` read as with plain NUTS."""
+
+    __slots__ = ()
+
+    diverging = _from_nuts("diverging")
+    num_steps = _from_nuts("num_steps")
+    accept_prob = _from_nuts("accept_prob")
+    potential_energy = _from_nuts("potential_energy")
+    energy = _from_nuts("energy")
+    adapt_state = _from_nuts("adapt_state")
 
 
 class RecordMovesState(NamedTuple):
@@ -208,7 +239,7 @@ class RecordMoves(MCMCKernel):
         A NumPyro model whose exact CGM sites are read only by this library's noise sites
         (:func:`~.count_sites.count_layout` says why another is refused).
     moves : int, optional
-        Record swaps per set of tables per update (default :func:`~.gibbs.default_moves` of
+        Record swaps per set of tables per update (default :func:`default_moves` of
         the largest total).
 
     Notes

@@ -14,34 +14,32 @@ the exact conditional ``p(φ | n) ∝ p(φ) e^{θ·n − N A(θ)}``, whose gradi
 ``Mᵀ(n − N μ(θ))``). Both blocks leave the joint posterior invariant, so the sweep does, and
 ``mcmc.get_samples()`` holds both sites for ArviZ. :func:`exact_kernel` builds the same sweep
 as :class:`numpyro.infer.Gibbs` blocks (:class:`ExactGibbs`, whose state forwards NUTS's
-statistics so that the usual ``extra_fields`` work): its block for ``n``
-(:class:`RecordSwaps`) keeps the records between updates instead of dealing them from ``n``
-each time, which a stateless ``gibbs_fn`` must do. When ``θ`` is fixed, :class:`ExactCounts`
-is the update alone.
+statistics so that the usual ``extra_fields`` work): its block for ``n`` is the record moves of
+any model with exact CGM sites (:class:`~.count_gibbs.RecordMoves`), which keep the records
+between updates instead of dealing them from ``n`` each time, as a stateless ``gibbs_fn`` must;
+:class:`ExactGibbs` adds the non-centred moves of :mod:`.interweave`, which need this model's
+coding. When ``θ`` is fixed, the record moves alone are the kernel.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-from numpyro import handlers
 from numpyro.infer import NUTS, Gibbs
-from numpyro.infer.gibbs import GIBBS_SITES_KWARG, with_conditioning
-from numpyro.infer.hmc_gibbs import HMCGibbsState
+from numpyro.infer.gibbs import with_conditioning
 from numpyro.infer.mcmc import MCMCKernel
 
+from .count_gibbs import ExactState, RecordMoves, default_moves
 from .interweave import noise_share, noncentred_moves
 from .model import NoisyMarginalsModel
-from .records import exact_count_update, record_plan, record_update, records_from_tables
+from .records import exact_count_update, record_plan
 
 __all__ = [
-    "ExactCounts",
     "ExactGibbs",
-    "RecordState",
-    "RecordSwaps",
+    "ExactState",
     "DEFAULT_INTERWEAVE",
     "default_interweave",
     "default_moves",
@@ -51,15 +49,6 @@ __all__ = [
 ]
 
 Array = Any
-
-#: Record swaps per update at most, by default (each costs about 2 µs on a CPU core).
-MAX_DEFAULT_MOVES = 20_000
-
-
-def default_moves(total_count: int) -> int:
-    """``K = min(N, max(1000, N / 4), 20 000)`` record swaps per update."""
-    return int(min(total_count, max(1000, total_count // 4), MAX_DEFAULT_MOVES))
-
 
 #: Non-centred moves per step by default (:func:`default_interweave`).
 DEFAULT_INTERWEAVE = 32
@@ -152,137 +141,15 @@ def noncentred_fn(
     return fn
 
 
-class RecordState(NamedTuple):
-    """State of :class:`RecordSwaps`: the tables ``z = {"n": …}``, the records behind them
-    (``(N, d)`` codes, ``(R, N, d)`` for a batch of releases), the next key, and the fraction
-    of the last update's swaps accepted."""
-
-    z: dict
-    records: Array
-    rng_key: Array
-    acceptance: Array
-
-    @property
-    def diverging(self) -> Array:
-        """Always false (there is no trajectory), so that the field reads as with NUTS."""
-        return jnp.zeros((), dtype=bool)
-
-
-class RecordSwaps(MCMCKernel):
-    """The exact update of ``n`` as a block of :class:`numpyro.infer.Gibbs`, keeping the records.
-
-    A ``gibbs_fn`` (:func:`exact_gibbs_fn`) has no state, so it deals records from ``n`` at
-    every update; this block deals them once, at ``init``, and keeps them in its state
-    (:func:`~.records.record_update`), which gives the same chain of tables for a fraction
-    of the time. The joint chain of the records and ``φ`` leaves
-    ``p(φ) Π_i p_θ(x_i) p(y | n(x))`` invariant: the swaps move the records given ``φ``, and
-    ``φ``'s block reads them through ``n`` only.
-
-    Parameters
-    ----------
-    model : NoisyMarginalsModel
-        With ``relaxed=False``; ``θ`` read from the site ``phi`` of the conditioning values
-        (the other block's), or the model's fixed ``θ``.
-    moves : int, optional
-        Record swaps per update (:func:`default_moves`).
-    y : array, optional
-        The answers the run conditions on (default the released values).
-    """
-
-    sample_field = "z"
-
-    def __init__(self, model: NoisyMarginalsModel, *, moves: int | None = None,
-                 y: Array | None = None):
-        self._exact = model
-        self._plan = record_plan(model)
-        self._y = jnp.asarray(model.y if y is None else y)
-        self._moves = default_moves(model.total_count) if moves is None else int(moves)
-        if self._moves < 1:
-            raise ValueError(f"moves must be a positive integer, got {moves}")
-
-    def _theta(self, model_kwargs: dict | None, dtype: Any) -> Array:
-        if self._exact.theta is not None:
-            return jnp.asarray(self._exact.theta, dtype=dtype)
-        return self._exact.coding.to_theta((model_kwargs or {})[GIBBS_SITES_KWARG]["phi"])
-
-    def init(self, rng_key: Array, num_warmup: int, init_params: Any, model_args: tuple,
-             model_kwargs: dict | None) -> RecordState:
-        if not init_params or "n" not in init_params:
-            raise ValueError(f"{type(self).__name__} needs init_params={{'n': integer tables}}")
-        n = jnp.asarray(init_params["n"])
-        key, deal = jax.random.split(rng_key)
-        if n.ndim == 1:
-            codes = records_from_tables(self._plan, n, deal)
-        else:
-            keys = jax.random.split(deal, n.shape[0])
-            codes = jax.vmap(lambda t, k: records_from_tables(self._plan, t, k))(n, keys)
-        return RecordState({"n": n}, codes, key, jnp.zeros((), n.dtype))
-
-    def sample(self, state: RecordState, model_args: tuple, model_kwargs: dict | None
-               ) -> RecordState:
-        key, sub = jax.random.split(state.rng_key)
-        n = state.z["n"]
-        theta = self._theta(model_kwargs, n.dtype)
-        model, plan, k = self._exact, self._plan, self._moves
-
-        def one(codes: Array, n: Array, theta: Array, yy: Array, key: Array) -> tuple:
-            return record_update(plan, model.predict, codes, n, model.latent_theta(theta), yy,
-                                 key, k)
-
-        if n.ndim == 1:
-            codes, n, acceptance = one(state.records, n, theta, self._y, sub)
-        else:
-            batch = n.shape[0]
-            codes, n, acceptance = jax.vmap(one)(
-                state.records, n, jnp.broadcast_to(theta, (batch, theta.shape[-1])),
-                jnp.broadcast_to(self._y, (batch, self._y.shape[-1])),
-                jax.random.split(sub, batch))
-            acceptance = jnp.mean(acceptance)
-        return RecordState({"n": n}, codes, key, acceptance.astype(state.acceptance.dtype))
-
-    def refresh(self, state: RecordState, model_args: tuple, model_kwargs: dict | None
-                ) -> RecordState:
-        """Identity: nothing is cached that depends on ``φ``."""
-        return state
-
-    def wrap_model(self, wrapper: Callable[..., Any]) -> RecordSwaps:
-        """``self``: the block has no model of its own."""
-        return self
-
-    def get_constrain_fn(self, model_args: tuple, model_kwargs: dict | None) -> Callable:
-        """Identity: the tables are already constrained."""
-        return lambda z: z
-
-
-def _from_nuts(field: str) -> property:
-    """A property that reads ``field`` of the state's NUTS block."""
-    return property(lambda self: getattr(self.hmc_state, field),
-                    doc=f"NUTS's ``{field}`` (the last block's state).")
-
-
-class ExactState(HMCGibbsState):
-    """:class:`~numpyro.infer.hmc_gibbs.HMCGibbsState` that also answers NUTS's statistics
-    (``diverging``, ``num_steps``, ``accept_prob``, ``potential_energy``, ``energy``,
-    ``adapt_state``) from its NUTS block, so that ``extra_fields`` read as with plain NUTS."""
-
-    __slots__ = ()
-
-    diverging = _from_nuts("diverging")
-    num_steps = _from_nuts("num_steps")
-    accept_prob = _from_nuts("accept_prob")
-    potential_energy = _from_nuts("potential_energy")
-    energy = _from_nuts("energy")
-    adapt_state = _from_nuts("adapt_state")
-
-
 class ExactGibbs(Gibbs):
-    """:class:`numpyro.infer.Gibbs` of :class:`RecordSwaps` on ``n`` and NUTS on ``φ``, with
+    """:class:`numpyro.infer.Gibbs` of :class:`~.count_gibbs.RecordMoves` on ``n`` and NUTS on
+    ``φ``, with
     :class:`ExactState` (NUTS's statistics forwarded) and, optionally, non-centred moves of
     ``(φ, n)`` after every sweep.
 
     Parameters
     ----------
-    counts : RecordSwaps
+    counts : RecordMoves
     inner_kernel : NUTS
     joint_fn : callable, optional
         ``(rng_key, phi, n, records) -> (phi, n, records)``, a move that leaves the joint
@@ -292,7 +159,7 @@ class ExactGibbs(Gibbs):
 
     _state_cls = ExactState
 
-    def __init__(self, counts: RecordSwaps, inner_kernel: NUTS,
+    def __init__(self, counts: MCMCKernel, inner_kernel: NUTS,
                  joint_fn: Callable[..., Any] | None = None):
         super().__init__([(counts, ["n"]), (inner_kernel, None)])
         self._max_tree_depth = getattr(inner_kernel, "_max_tree_depth", None)
@@ -304,42 +171,17 @@ class ExactGibbs(Gibbs):
             return state
         counts, hmc_state = state.block_states
         rng_key, key = jax.random.split(state.rng_key)
-        phi, n, codes = self._joint_fn(key, hmc_state.z["phi"], counts.z["n"], counts.records)
-        counts = counts._replace(z={"n": n}, records=codes)
+        n = counts.z["n"]
+        # the record moves keep (B, N, d) records: one set per release of a batch
+        codes = counts.records[0] if n.ndim > 1 else counts.records[0][0]
+        phi, n, codes = self._joint_fn(key, hmc_state.z["phi"], n, codes)
+        codes = codes if n.ndim > 1 else codes[None]
+        counts = counts._replace(z={"n": n}, records=(codes,))
         kwargs = with_conditioning(model_kwargs, {"n": n})
         hmc_state = self._kernels[-1].refresh(hmc_state._replace(z={"phi": phi}), model_args,
                                               kwargs)
         return state._replace(z={"n": n, "phi": phi}, block_states=(counts, hmc_state),
                               rng_key=rng_key)
-
-
-class ExactCounts(RecordSwaps):
-    """The exact update of ``n`` alone, for a model with ``θ`` fixed (no continuous site); its
-    state (:class:`RecordState`) keeps the records between updates.
-
-    Parameters
-    ----------
-    model : NoisyMarginalsModel
-    moves : int, optional
-    y : array, optional
-        As :class:`RecordSwaps`.
-    """
-
-    @property
-    def model(self) -> NoisyMarginalsModel:
-        return self._exact
-
-    def postprocess_fn(self, model_args: tuple, model_kwargs: dict | None) -> Callable:
-        """Add the model's deterministic sites (``theta``, ``mu``) to each draw of ``n``."""
-        kwargs = {} if model_kwargs is None else model_kwargs
-
-        def fn(z: dict) -> dict:
-            seeded = handlers.substitute(handlers.seed(self._exact, 0), data=z)
-            tr = handlers.trace(seeded).get_trace(*model_args, **kwargs)
-            return {**z, **{k: s["value"] for k, s in tr.items()
-                            if s["type"] == "deterministic"}}
-
-        return fn
 
 
 def exact_kernel(
@@ -363,14 +205,15 @@ def exact_kernel(
         directions where the noise swamps the counts; default :func:`default_interweave`,
         0 for none.
     y : array, optional
-        The answers the run conditions on (default the released values).
+        The answers the non-centred moves condition on (default the released values); the
+        record moves read them from the model's arguments.
     **nuts_options
         Passed to :class:`numpyro.infer.NUTS` (``init_strategy``, ``target_accept_prob``,
         ``dense_mass``, ``max_tree_depth``); unused when ``θ`` is fixed.
 
     Returns
     -------
-    ExactGibbs or ExactCounts
+    ExactGibbs or RecordMoves
         Run it with :class:`numpyro.infer.MCMC`, passing ``init_params={"n": tables}`` (one
         set of integer tables per chain).
     """
@@ -380,8 +223,8 @@ def exact_kernel(
         raise ValueError("the exact kernel needs a model with relaxed=False "
                          "(model.with_cgm(relaxed=False) gives it)")
     if model.theta is not None:
-        return ExactCounts(model, moves=moves, y=y)
+        return RecordMoves(model, moves=moves)
     k = default_interweave(model) if interweave is None else int(interweave)
     joint = noncentred_fn(model, moves=k, y=y) if k > 0 else None
-    return ExactGibbs(RecordSwaps(model, moves=moves, y=y), NUTS(model, **nuts_options),
+    return ExactGibbs(RecordMoves(model, moves=moves), NUTS(model, **nuts_options),
                       joint_fn=joint)

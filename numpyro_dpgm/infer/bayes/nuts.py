@@ -249,7 +249,7 @@ def run_nuts(
         ``relaxed=False``.
     gibbs_moves : int, optional
         Record swaps per step on the exact path
-        (:func:`~numpyro_dpgm.infer.bayes.gibbs.default_moves`).
+        (:func:`~numpyro_dpgm.infer.bayes.count_gibbs.default_moves`).
     interweave : int, optional
         Non-centred moves of ``(φ, n)`` per step on the exact path
         (:mod:`~numpyro_dpgm.infer.bayes.interweave`; default
