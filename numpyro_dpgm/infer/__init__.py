@@ -12,11 +12,12 @@ from .bayes import (
     run_nuts,
     run_svi,
 )
-from .em import EM, EMResult
+from .em import EM, EMConvergenceWarning, EMResult
 from .handlers import nlbp
 
 __all__ = [
     "EM",
+    "EMConvergenceWarning",
     "EMResult",
     "NoisyMarginalsModel",
     "ReferenceCoding",

@@ -25,6 +25,7 @@ from numpyro_dpgm import MarkovNetwork
 from numpyro_dpgm.distributions import CollectiveGraphicalModel, GaussianNoise, LaplaceNoise
 from numpyro_dpgm.estimation import cgm_em
 from numpyro_dpgm.infer import EM, nlbp
+from numpyro_dpgm.infer.em import EMConvergenceWarning
 from numpyro_dpgm.inference.nlbp import nlbp_map
 from numpyro_dpgm.measurements import Laplace, Measurement
 
@@ -176,7 +177,8 @@ def test_em_equals_cgm_em() -> None:
         numpyro.sample("y", LaplaceNoise(n, scale), obs=y)
 
     iters, inner = 6, 40
-    fit = EM(model, latent="n", max_iters=iters, inner_iters=inner).run(
+    # init="param": EM's default start is the noisy tables' naive fit; this one is cgm_em's zeros
+    fit = EM(model, latent="n", init="param", max_iters=iters, inner_iters=inner).run(
         jax.random.key(0), jnp.asarray(Y), b)
     meas = [Measurement(c, Y[CHAIN.slice_of(c)], Laplace(b)) for c in CHAIN.cliques]
     ref = cgm_em(meas, CHAIN, total_count=N, max_iters=iters, inner_iters=inner, init="zeros")
@@ -210,9 +212,11 @@ def _stiff_model(y, s):
 def test_em_does_not_call_a_stalled_e_step_convergence() -> None:
     """Stiff Gaussian evidence (N/σ² = 600) and no halving allowed: NLBP at its default
     damping finds nothing better than its warm start, so θ stops moving at once; that is not
-    an EM fixed point."""
-    fit = EM(_stiff_model, latent="n", max_iters=20, inner_iters=30, max_halvings=0).run(
-        jax.random.key(0), jnp.asarray(N_TRUE), 0.5)
+    an EM fixed point, and EM says so. From the uniform start (init="param"; the default start
+    is the tables' naive fit)."""
+    with pytest.warns(EMConvergenceWarning, match="last E-step had not converged"):
+        fit = EM(_stiff_model, latent="n", init="param", max_iters=20, inner_iters=30,
+                 max_halvings=0).run(jax.random.key(0), jnp.asarray(N_TRUE), 0.5)
     assert fit.iterations == 1 and fit.marginal_change[0] == 0.0
     assert not fit.converged and fit.damping_halvings == 0
     # the model is still uniform, far from the data's marginals
@@ -222,9 +226,10 @@ def test_em_does_not_call_a_stalled_e_step_convergence() -> None:
 def test_em_retries_a_stalled_e_step_with_half_the_damping() -> None:
     """The same evidence with the default halvings: EM reaches its fixed point, which for
     consistent tables ``y ∈ N·M`` and Gaussian noise is ``n̂ = y`` (``θ`` moment-matched to
-    ``y`` makes ``n = y`` stationary), so the fitted model's marginals are ``y / N``."""
-    fit = EM(_stiff_model, latent="n", max_iters=300, inner_iters=30, tol=1e-12).run(
-        jax.random.key(0), jnp.asarray(N_TRUE), 0.5)
+    ``y`` makes ``n = y`` stationary), so the fitted model's marginals are ``y / N``. From the
+    uniform start (init="param"), where the first E-step stalls."""
+    fit = EM(_stiff_model, latent="n", init="param", max_iters=300, inner_iters=30,
+             tol=1e-12).run(jax.random.key(0), jnp.asarray(N_TRUE), 0.5)
     assert fit.converged and fit.damping_halvings > 0
     bf = BruteForce(CHAIN, np.asarray(fit.params["theta"]))
     np.testing.assert_allclose(N * features(CHAIN, bf.records()).T @ bf.probs(), N_TRUE,
@@ -253,8 +258,11 @@ def _tied_data() -> np.ndarray:
 @pytest.mark.parametrize("space", ["natural", "counts"])
 def test_general_m_step_maximises_the_tied_objective(space: str) -> None:
     y = _tied_data()
-    fit = EM(tied_model, latent="n", max_iters=2, inner_iters=60, space=space).run(
-        jax.random.key(0), jnp.asarray(y), 1.0)
+    # two iterations, from the uniform start (θ is no param of its own: no noisy start)
+    with pytest.warns(EMConvergenceWarning, match="max_iters=2"):
+        fit = EM(tied_model, latent="n", max_iters=2, inner_iters=60, space=space).run(
+            jax.random.key(0), jnp.asarray(y), 1.0)
+    assert fit.init == "param"
     n_hat = np.asarray(fit.n)
     psi = np.asarray(fit.params["psi"])
     phi = features(TIED, BruteForce(TIED, np.zeros(18)).records())
@@ -301,10 +309,11 @@ def test_general_m_step_reaches_moment_matching_with_its_proximal_term() -> None
         numpyro.sample("y", LaplaceNoise(n, scale), obs=y)
 
     for iters in (1, 3):
-        ref = EM(model, latent="n", max_iters=iters, inner_iters=40).run(
-            jax.random.key(0), jnp.asarray(Y), b)
-        fit = EM(hidden, latent="n", max_iters=iters, inner_iters=40).run(
-            jax.random.key(0), jnp.asarray(Y), b)
+        with pytest.warns(EMConvergenceWarning, match="iteration limit"):
+            ref = EM(model, latent="n", init="param", max_iters=iters, inner_iters=40).run(
+                jax.random.key(0), jnp.asarray(Y), b)
+            fit = EM(hidden, latent="n", max_iters=iters, inner_iters=40).run(
+                jax.random.key(0), jnp.asarray(Y), b)
         for c in CHAIN.cliques:
             np.testing.assert_allclose(np.asarray(fit.model.marginal(c)),
                                        np.asarray(ref.model.marginal(c)), atol=1e-7)
