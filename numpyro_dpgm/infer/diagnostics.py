@@ -264,7 +264,7 @@ def to_inference_data(
             raise ValueError("predictive draws, prior draws and the pointwise log likelihood "
                              "need the NoisyMarginalsModel; pass it instead of the network")
         coords, dims = _coords_dims(model, shapes)
-        return az.from_numpyro(posterior, coords=coords, dims=dims)
+        return _with_path(az.from_numpyro(posterior, coords=coords, dims=dims), posterior)
 
     y_obs = np.asarray(kwargs.get("y", model.y) if not args else args[0])
     if y_obs is None:
@@ -289,9 +289,14 @@ def to_inference_data(
         draws = Predictive(model, num_samples=int(prior_draws))(k_prior, y=None)
         groups["prior"] = {k: np.asarray(v)[None] for k, v in draws.items() if k != "y"}
         groups["prior_predictive"] = {"y": np.asarray(draws["y"])[None]}
-    tree = az.from_dict(groups, coords=coords, dims=dims)
+    return _with_path(az.from_dict(groups, coords=coords, dims=dims), posterior)
+
+
+def _with_path(tree: Any, posterior: Any) -> Any:
+    """``tree`` with run_nuts's path (``"exact"``: record moves within Gibbs, ``"relaxed"``
+    or ``"normal"``) in ``tree["posterior"].attrs["cgm_path"]``, where the run has one."""
     path = getattr(posterior, "path", None)
-    if path is not None:  # run_nuts's: "exact" (HMCGibbs record swaps), "relaxed" or "normal"
+    if path is not None:
         tree["posterior"].attrs["cgm_path"] = path
     return tree
 
