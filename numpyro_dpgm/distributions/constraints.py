@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import StickBreakingTransform, Transform, biject_to
 
@@ -86,8 +88,6 @@ def triangulated(network: MarkovNetwork) -> MarkovNetwork:
     return MarkovNetwork(network.domain, [c for c in tree.cliques if len(c) > 0])
 
 
-
-
 def consistency_residual(network: MarkovNetwork, n: Any, total: Any) -> Any:
     """Largest violation of the (local) marginal-polytope constraints of ``n``.
 
@@ -121,6 +121,12 @@ def _project_batched(table: Any, clique: tuple, target: tuple, nb: int) -> Any:
     return project_table(table, full, full[:nb] + target)
 
 
+def _host(mask: Any) -> Any:
+    """A concrete mask as a NumPy array (NumPyro reduces it with ``np.all``, which inside jit
+    would trace a jax.Array's reduction); a traced one as it is."""
+    return mask if isinstance(mask, jax.core.Tracer) else np.asarray(mask)
+
+
 class _CountTables(constraints.Constraint):
     """Integer, non-negative, consistent clique count tables of ``N`` records."""
 
@@ -133,16 +139,25 @@ class _CountTables(constraints.Constraint):
         self.atol = atol
 
     def __call__(self, x: Any) -> Any:
-        x = jnp.asarray(x)
-        integer = jnp.all(jnp.equal(jnp.mod(x, 1), 0), axis=-1)
-        return integer & (consistency_residual(self.network, x, self.total_count) <= self.atol)
+        # evaluated at once where x and N are concrete, also inside jit (as NumPyro's own
+        # constraints, written with NumPy operators, are), so that out-of-support values warn
+        with jax.ensure_compile_time_eval():
+            x = jnp.asarray(x)
+            integer = jnp.all(jnp.equal(jnp.mod(x, 1), 0), axis=-1)
+            residual = consistency_residual(self.network, x, self.total_count)
+            return _host(integer & (residual <= self.atol))
 
     def feasible_like(self, prototype: Any) -> Any:
-        # all records in cell 0 of every table: consistent for any network
+        """All records in cell 0 of every table (consistent on any network), in an integer
+        dtype, broadcast to ``prototype``'s shape (a batch of totals along its batch axes)."""
+        int_dtype = jnp.result_type(int)
         first = jnp.concatenate([
-            jnp.zeros(s).at[0].set(1.0) for s in self.network.sizes
+            jnp.zeros(s, int_dtype).at[0].set(1) for s in self.network.sizes
         ])
-        return jnp.broadcast_to(first * self.total_count, jnp.shape(prototype))
+        total = jnp.asarray(self.total_count)
+        if not jnp.issubdtype(total.dtype, jnp.integer):
+            total = jnp.rint(total).astype(int_dtype)
+        return jnp.broadcast_to(first * total[..., None], jnp.shape(prototype))
 
     def tree_flatten(self):
         return (self.total_count,), (("total_count",), {"network": self.network,
@@ -161,12 +176,16 @@ class _ScaledMarginalPolytope(_CountTables):
         super().__init__(network, total_count, atol)
 
     def __call__(self, x: Any) -> Any:
-        tol = self.atol * jnp.maximum(1.0, self.total_count)
-        return consistency_residual(self.network, jnp.asarray(x), self.total_count) <= tol
+        with jax.ensure_compile_time_eval():  # as _CountTables
+            tol = self.atol * jnp.maximum(1.0, self.total_count)
+            residual = consistency_residual(self.network, jnp.asarray(x), self.total_count)
+            return _host(residual <= tol)
 
     def feasible_like(self, prototype: Any) -> Any:
+        """Uniform tables (an interior point), broadcast to ``prototype``'s shape."""
         uniform = jnp.concatenate([jnp.full(s, 1.0 / s) for s in self.network.sizes])
-        return jnp.broadcast_to(uniform * self.total_count, jnp.shape(prototype))
+        total = jnp.asarray(self.total_count, dtype=uniform.dtype)
+        return jnp.broadcast_to(uniform * total[..., None], jnp.shape(prototype))
 
     def __repr__(self) -> str:
         return f"ScaledMarginalPolytope(cliques={list(self.network.cliques)}, N={self.total_count})"

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.distributions import constraints
+from numpyro.distributions.batch_util import vmap_over
 from numpyro.distributions.distribution import Distribution
 
 from .._precision import warn_if_float32
@@ -27,7 +28,10 @@ def validated_theta(network: MarkovNetwork, theta: Any) -> jax.Array:
         raise TypeError(f"network must be a MarkovNetwork, got {type(network).__name__}")
     if isinstance(theta, CliqueTables):
         theta = network.flatten(theta)
-    theta = jnp.asarray(theta)
+    # a concrete theta stays concrete inside jit (as NumPyro's own distributions keep NumPy
+    # arguments), so that validate_args can check it there; a traced one stays traced
+    with jax.ensure_compile_time_eval():
+        theta = jnp.asarray(theta)
     if theta.ndim < 1 or theta.shape[-1] != network.num_params:
         raise ValueError(
             f"theta has shape {theta.shape}; this network needs (..., {network.num_params})"
@@ -81,13 +85,28 @@ class MarkovRandomField(Distribution):
     ):
         theta = validated_theta(network, theta)
         if not jnp.issubdtype(theta.dtype, jnp.floating):
-            theta = theta.astype(jnp.result_type(float))
+            with jax.ensure_compile_time_eval():
+                theta = theta.astype(jnp.result_type(float))
         if theta.dtype == jnp.float32:
             warn_if_float32("MarkovRandomField")
         self.network = network
         self.theta = theta
         self.method = check_method(method)
         super().__init__(theta.shape[:-1], (len(network.domain),), validate_args=validate_args)
+
+    @classmethod
+    def infer_shapes(cls, network: Any = None, theta: tuple[int, ...] = (), *args: Any,
+                     **kwargs: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(batch_shape, event_shape)`` for a ``theta`` of shape ``theta``.
+
+        The event shape, one code per attribute, is the network's (structural, not a tensor):
+        pass the MarkovNetwork itself.
+        """
+        if not isinstance(network, MarkovNetwork):
+            raise NotImplementedError(
+                "MarkovRandomField's event shape is the number of the network's attributes: "
+                "infer_shapes needs the MarkovNetwork itself")
+        return tuple(theta)[:-1], (len(network.domain),)
 
     def validate_args(self, strict: bool = True) -> None:
         """NumPyro's check of ``theta`` (every entry finite); a concrete ``theta`` is checked
@@ -133,15 +152,18 @@ class MarkovRandomField(Distribution):
         An array's last axis is in domain order; a pandas DataFrame's columns are found by name
         (their order does not matter, extra columns are ignored).
         """
-        value = jnp.asarray(self._by_name(value))
+        value = self._by_name(value)
+        if not isinstance(value, jax.Array | np.ndarray):
+            value = np.asarray(value)
         num_attrs = len(self.network.domain)
-        if value.ndim < 1 or value.shape[-1] != num_attrs:
+        if jnp.ndim(value) < 1 or jnp.shape(value)[-1] != num_attrs:
             raise ValueError(
-                f"records have shape {value.shape}; expected (..., {num_attrs}), one code per "
-                f"attribute in domain order {list(self.network.domain)}"
+                f"records have shape {jnp.shape(value)}; expected (..., {num_attrs}), one code "
+                f"per attribute in domain order {list(self.network.domain)}"
             )
-        if self._validate_args:
+        if self._validate_args:  # on the values as given: concrete ones warn inside jit too
             self._validate_sample(value)
+        value = jnp.asarray(value)
         if not jnp.issubdtype(value.dtype, jnp.integer):
             raise TypeError(f"records must be integer codes, got dtype {value.dtype}")
         # a record outside the domain has probability zero (its cell index would be garbage)
@@ -190,3 +212,9 @@ class MarkovRandomField(Distribution):
             for a, k in self.network.domain.items()
         ]
         return jnp.stack(means, axis=-1)
+
+
+@vmap_over.register
+def _vmap_over_mrf(d: MarkovRandomField, theta: Any = None) -> Any:
+    """Axes of a MarkovRandomField under ``jax.vmap`` over ``theta``."""
+    return vmap_over.dispatch(Distribution)(d, theta=theta)

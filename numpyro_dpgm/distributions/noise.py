@@ -31,6 +31,7 @@ integer ``loc``.
 
 from __future__ import annotations
 
+import copy
 import math
 from functools import partial
 from typing import Any
@@ -40,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
+from numpyro.distributions.batch_util import vmap_over
 from numpyro.distributions.util import promote_shapes, validate_sample
 
 from ..measurements import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, NoiseSpec
@@ -55,7 +57,12 @@ __all__ = [
 
 
 class _Integer(constraints.ParameterFreeConstraint):
-    """All integers (values may be stored in a float dtype)."""
+    """All integers.
+
+    Values may be stored in a float dtype (the discrete noise classes draw, and take, integer
+    values in the dtype of ``loc``, so that a real ``loc`` of the relaxed CGM and the released
+    values share one dtype); :meth:`feasible_like` returns an integer dtype.
+    """
 
     is_discrete = True
 
@@ -64,65 +71,16 @@ class _Integer(constraints.ParameterFreeConstraint):
         return xp.isfinite(x) & (xp.floor(x) == x)
 
     def feasible_like(self, prototype: Any) -> Any:
-        return jnp.zeros_like(prototype)
+        """Zeros of ``prototype``'s shape, integer dtype."""
+        return jnp.zeros(jnp.shape(prototype), dtype=jnp.result_type(int))
 
 
 #: The constraint "an integer" (NumPyro ships only bounded integer constraints).
 integer = _Integer()
 
 
-class LaplaceNoise(dist.Independent):
-    """``y_i = loc_i + Laplace(0, scale)`` independently for every cell.
-
-    ``loc`` is typically the latent count vector ``n`` (or a linear query of it), so that
-    ``log p(y | n) = −||y − n||₁ / b − m log(2b)`` (seed 002, Eq. 3).
-
-    Parameters
-    ----------
-    loc : array ``(..., m)``
-    scale : float or array broadcastable to ``loc``
-        The Laplace scale ``b`` (sensitivity / ε for the Laplace mechanism).
-    """
-
-    def __init__(self, loc: Any, scale: Any, *, validate_args: bool | None = None):
-        loc = jnp.asarray(loc)
-        if loc.ndim < 1:
-            raise ValueError("LaplaceNoise needs a vector loc (one entry per released cell)")
-        super().__init__(dist.Laplace(loc, scale), 1, validate_args=validate_args)
-
-    @property
-    def scale(self) -> Any:
-        return self.base_dist.scale
-
-    def smoothed_log_prob(self, value: Any, width: float) -> Any:
-        """Log density with the kink of ``|r|`` replaced by a Huber function of width ``width``.
-
-        ``ρ_δ(r) = r²/(2δ)`` for ``|r| ≤ δ`` and ``|r| − δ/2`` beyond, so the gradient
-        ``clip(r/δ, −1, 1)/b`` is continuous (seed 002's NLBP with a smoothed evidence term;
-        ``width → 0`` recovers the Laplace log density up to a constant).
-        """
-        r = jnp.abs(value - self.base_dist.loc)
-        huber = jnp.where(r <= width, r**2 / (2 * width), r - width / 2)
-        b = self.base_dist.scale
-        return jnp.sum(-huber / b - jnp.log(2 * b), axis=-1)
-
-
-class GaussianNoise(dist.Independent):
-    """``y_i = loc_i + Normal(0, scale)`` independently for every cell."""
-
-    def __init__(self, loc: Any, scale: Any, *, validate_args: bool | None = None):
-        loc = jnp.asarray(loc)
-        if loc.ndim < 1:
-            raise ValueError("GaussianNoise needs a vector loc (one entry per released cell)")
-        super().__init__(dist.Normal(loc, scale), 1, validate_args=validate_args)
-
-    @property
-    def scale(self) -> Any:
-        return self.base_dist.scale
-
-
 # ---------------------------------------------------------------------------------------------
-# discrete noise
+# discrete noise: samplers and univariate lattice distributions
 # ---------------------------------------------------------------------------------------------
 def _vector_loc(loc: Any, name: str) -> Any:
     loc = jnp.asarray(loc)
@@ -175,11 +133,30 @@ def discrete_gaussian_draw(key: Any, loc: Any, sigma: Any, shape: tuple[int, ...
     return jax.lax.while_loop(lambda s: ~jnp.all(s[2]), body, init)[1]
 
 
+def _laplace_log_norm(f: Any, b: Any) -> Any:
+    """``log Σ_k e^{−|k − loc|/b}`` with ``f = loc − ⌊loc⌋``: ``log((q^f + q^{1−f})/(1 − q))``."""
+    return jnp.logaddexp(-f / b, -(1 - f) / b) - jnp.log(-jnp.expm1(-1 / b))
+
+
 @jax.jit
 def _discrete_laplace_log_prob(value: Any, loc: Any, b: Any) -> Any:
     f = loc - jnp.floor(loc)
-    log_norm = jnp.logaddexp(-f / b, -(1 - f) / b) - jnp.log(-jnp.expm1(-1 / b))
-    return -jnp.abs(value - loc) / b - log_norm
+    return -jnp.abs(value - loc) / b - _laplace_log_norm(f, b)
+
+
+@jax.jit
+def _discrete_laplace_entropy(loc: Any, b: Any) -> Any:
+    """``H = log Z + E|y − loc|/b`` in closed form.
+
+    The lattice points right of ``loc`` are at distances ``1 − f + j`` and those left of it at
+    ``f + j`` (``j ≥ 0``), so ``E|y − loc| = s·f + (1 − s)(1 − f) + q/(1 − q)`` with
+    ``s = q^f/(q^f + q^{1−f}) = sigmoid((1 − 2f)/b)`` the mass left of ``loc``.
+    """
+    loc, b = jnp.broadcast_arrays(loc, b)
+    f = loc - jnp.floor(loc)
+    s = jax.nn.sigmoid((1 - 2 * f) / b)
+    mean_abs = s * f + (1 - s) * (1 - f) + 1 / jnp.expm1(1 / b)
+    return _laplace_log_norm(f, b) + mean_abs / b
 
 
 #: Lattice points summed on each side for the discrete Gaussian normaliser when σ < 1
@@ -189,28 +166,50 @@ _DIRECT_TERMS = 10
 _POISSON_TERMS = 3
 
 
+def _gaussian_log_norm_and_second_moment(f: Any, sigma: Any) -> tuple[Any, Any]:
+    """``log Z`` and ``E(y − loc)²`` of the discrete Gaussian at ``f = loc − ⌊loc⌋``.
+
+    Summed directly for ``σ < 1``; for ``σ ≥ 1`` by Poisson summation, with the Fourier
+    transform of ``x² e^{−x²/(2σ²)}``, ``σ√(2π) e^{−2π²σ²ξ²}(σ² − 4π²σ⁴ξ²)``, for the moment.
+    """
+    f, sigma = jnp.broadcast_arrays(f, sigma)
+    k = jnp.arange(-_DIRECT_TERMS, _DIRECT_TERMS + 1, dtype=f.dtype)
+    r = k - f[..., None]
+    logw = -0.5 * (r / sigma[..., None]) ** 2
+    direct = jax.nn.logsumexp(logw, axis=-1)
+    direct_m2 = jnp.sum(jnp.exp(logw - direct[..., None]) * r**2, axis=-1)
+    sig = jnp.maximum(sigma, 1.0)  # the Poisson branch is only used where σ ≥ 1
+    m = jnp.arange(1, _POISSON_TERMS + 1, dtype=f.dtype)
+    damp = jnp.exp(-2 * math.pi**2 * sig[..., None] ** 2 * m**2)
+    wave = jnp.cos(2 * math.pi * m * f[..., None])
+    series = jnp.sum(damp * wave, axis=-1)
+    moment = jnp.sum(damp * (1 - 4 * math.pi**2 * sig[..., None] ** 2 * m**2) * wave, axis=-1)
+    poisson = jnp.log(sig * math.sqrt(2 * math.pi)) + jnp.log1p(2 * series)
+    poisson_m2 = sig**2 * (1 + 2 * moment) / (1 + 2 * series)
+    small = sigma < 1.0
+    return jnp.where(small, direct, poisson), jnp.where(small, direct_m2, poisson_m2)
+
+
 @jax.jit
 def _discrete_gaussian_log_prob(value: Any, loc: Any, sigma: Any) -> Any:
     loc, sigma = jnp.broadcast_arrays(loc, sigma)
-    f = loc - jnp.floor(loc)
-    k = jnp.arange(-_DIRECT_TERMS, _DIRECT_TERMS + 1, dtype=f.dtype)
-    direct = jax.nn.logsumexp(-0.5 * ((k - f[..., None]) / sigma[..., None]) ** 2, axis=-1)
-    sig = jnp.maximum(sigma, 1.0)  # the Poisson branch is only used where σ ≥ 1
-    m = jnp.arange(1, _POISSON_TERMS + 1, dtype=f.dtype)
-    series = jnp.sum(
-        jnp.exp(-2 * math.pi**2 * sig[..., None] ** 2 * m**2)
-        * jnp.cos(2 * math.pi * m * f[..., None]),
-        axis=-1,
-    )
-    poisson = jnp.log(sig * math.sqrt(2 * math.pi)) + jnp.log1p(2 * series)
-    log_norm = jnp.where(sigma < 1.0, direct, poisson)
+    log_norm, _ = _gaussian_log_norm_and_second_moment(loc - jnp.floor(loc), sigma)
     return -0.5 * ((value - loc) / sigma) ** 2 - log_norm
+
+
+@jax.jit
+def _discrete_gaussian_entropy(loc: Any, sigma: Any) -> Any:
+    """``H = log Z + E(y − loc)²/(2σ²)``."""
+    loc, sigma = jnp.broadcast_arrays(loc, sigma)
+    log_norm, m2 = _gaussian_log_norm_and_second_moment(loc - jnp.floor(loc), sigma)
+    return log_norm + m2 / (2 * sigma**2)
 
 
 class _Lattice(dist.Distribution):
     """Univariate lattice distribution ``p(y) ∝ w(y − loc)`` on the integers (module docstring).
 
-    Subclasses set ``_log_prob(value, loc, scale)`` and ``_draw(key, loc, scale, shape)``.
+    Subclasses set ``_log_prob(value, loc, scale)``, ``_draw(key, loc, scale, shape)`` and
+    ``_entropy(loc, scale)``.
     """
 
     arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
@@ -218,6 +217,7 @@ class _Lattice(dist.Distribution):
     pytree_data_fields = ("loc", "scale")
     _log_prob: Any
     _draw: Any
+    _entropy: Any
 
     def __init__(self, loc: Any, scale: Any, *, validate_args: bool | None = None):
         self.loc, self.scale = promote_shapes(loc, scale)
@@ -232,18 +232,124 @@ class _Lattice(dist.Distribution):
         shape = tuple(sample_shape) + self.batch_shape
         return type(self)._draw(key, self.loc, self.scale, shape)
 
+    def entropy(self) -> Any:
+        """``−Σ_y p(y) log p(y)`` over the integers (closed form), shape ``batch_shape``."""
+        return jnp.broadcast_to(type(self)._entropy(self.loc, self.scale), self.batch_shape)
+
 
 class _DiscreteLaplace1(_Lattice):
     _log_prob = _discrete_laplace_log_prob
     _draw = discrete_laplace_draw
+    _entropy = _discrete_laplace_entropy
 
 
 class _DiscreteGaussian1(_Lattice):
     _log_prob = _discrete_gaussian_log_prob
     _draw = discrete_gaussian_draw
+    _entropy = _discrete_gaussian_entropy
 
 
-class DiscreteLaplaceNoise(dist.Independent):
+# ---------------------------------------------------------------------------------------------
+# the observation models: independent noise on every cell (event dim 1)
+# ---------------------------------------------------------------------------------------------
+class _CellNoise(dist.Independent):
+    """``y_i ∼ base(loc_i, scale_i)`` independently for every cell, as one event of dim 1.
+
+    A subclass sets ``_base``, the univariate distribution class. The arguments are those of
+    the subclass, not ``Independent``'s: ``loc`` a real vector, ``scale`` positive (a scalar or
+    an array broadcastable to ``loc``); ``validate_args=True`` checks them, and ``infer_shapes``,
+    ``vmap_over`` and ``promote_batch_shape`` know them.
+    """
+
+    arg_constraints = {"loc": constraints.real_vector, "scale": constraints.positive}
+    # the data of the pytree is Independent's base_dist (loc and scale are its attributes)
+    pytree_data_fields = ()
+    support: constraints.Constraint = constraints.real_vector
+    _base: Any
+
+    def __init__(self, loc: Any, scale: Any, *, validate_args: bool | None = None):
+        # the arguments are checked here, under this class's name; the base then checks values
+        # against the support in log_prob exactly when this distribution validates. Concrete
+        # arguments stay concrete inside jit, so that validate_args can check them there.
+        with jax.ensure_compile_time_eval():
+            loc = _vector_loc(loc, type(self).__name__)
+            base = type(self)._base(loc, scale, validate_args=False)
+        super().__init__(base, 1, validate_args=validate_args)
+        base._validate_args = self._validate_args
+
+    @property
+    def loc(self) -> Any:
+        return self.base_dist.loc
+
+    @property
+    def scale(self) -> Any:
+        return self.base_dist.scale
+
+    @classmethod
+    def infer_shapes(cls, loc: tuple[int, ...] = (), scale: tuple[int, ...] = ()
+                     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(batch_shape, event_shape)`` for ``loc`` and ``scale`` of these shapes."""
+        shape = jax.lax.broadcast_shapes(tuple(loc), tuple(scale))
+        if len(shape) < 1 or len(loc) < 1:
+            raise ValueError(f"{cls.__name__} needs a vector loc (one entry per released cell)")
+        return shape[:-1], shape[-1:]
+
+    def entropy(self) -> Any:
+        """Sum over the cells of every cell's entropy, shape ``batch_shape``."""
+        cells = jnp.broadcast_to(self.base_dist.entropy(), self.base_dist.batch_shape)
+        return jnp.sum(cells, axis=-1)
+
+
+@vmap_over.register
+def _vmap_over_cell_noise(d: _CellNoise, loc: Any = None, scale: Any = None) -> Any:
+    """Axes of a noise distribution under ``jax.vmap`` over ``loc`` and/or ``scale``."""
+    axes = copy.copy(d)
+    axes.base_dist = vmap_over(d.base_dist, loc=loc, scale=scale)
+    return axes
+
+
+class LaplaceNoise(_CellNoise):
+    """``y_i = loc_i + Laplace(0, scale)`` independently for every cell.
+
+    ``loc`` is typically the latent count vector ``n`` (or a linear query of it), so that
+    ``log p(y | n) = −||y − n||₁ / b − m log(2b)`` (seed 002, Eq. 3).
+
+    Parameters
+    ----------
+    loc : array ``(..., m)``
+    scale : float or array broadcastable to ``loc``
+        The Laplace scale ``b`` (sensitivity / ε for the Laplace mechanism).
+    """
+
+    _base = dist.Laplace
+
+    def smoothed_log_prob(self, value: Any, width: float) -> Any:
+        """Log density with the kink of ``|r|`` replaced by a Huber function of width ``width``.
+
+        ``ρ_δ(r) = r²/(2δ)`` for ``|r| ≤ δ`` and ``|r| − δ/2`` beyond, so the gradient
+        ``clip(r/δ, −1, 1)/b`` is continuous (seed 002's NLBP with a smoothed evidence term;
+        ``width → 0`` recovers the Laplace log density up to a constant).
+        """
+        r = jnp.abs(value - self.base_dist.loc)
+        huber = jnp.where(r <= width, r**2 / (2 * width), r - width / 2)
+        b = self.base_dist.scale
+        return jnp.sum(-huber / b - jnp.log(2 * b), axis=-1)
+
+
+class GaussianNoise(_CellNoise):
+    """``y_i = loc_i + Normal(0, scale)`` independently for every cell.
+
+    Parameters
+    ----------
+    loc : array ``(..., m)``
+    scale : float or array broadcastable to ``loc``
+        The standard deviation ``σ``.
+    """
+
+    _base = dist.Normal
+
+
+class DiscreteLaplaceNoise(_CellNoise):
     """``y_i ∈ ℤ``, ``p(y_i | loc_i) ∝ exp(−|y_i − loc_i|/scale)`` independently for every cell.
 
     The observation model of a discrete Laplace release (``privacy.release(...,
@@ -259,16 +365,11 @@ class DiscreteLaplaceNoise(dist.Independent):
         ``b = Δ₁/ε``, the ``scale`` of the release's ``DiscreteLaplace`` NoiseSpec.
     """
 
-    def __init__(self, loc: Any, scale: Any, *, validate_args: bool | None = None):
-        loc = _vector_loc(loc, "DiscreteLaplaceNoise")
-        super().__init__(_DiscreteLaplace1(loc, scale), 1, validate_args=validate_args)
-
-    @property
-    def scale(self) -> Any:
-        return self.base_dist.scale
+    support = constraints.independent(integer, 1)
+    _base = _DiscreteLaplace1
 
 
-class DiscreteGaussianNoise(dist.Independent):
+class DiscreteGaussianNoise(_CellNoise):
     """``y_i ∈ ℤ``, ``p(y_i | loc_i) ∝ exp(−(y_i − loc_i)²/(2σ²))`` independently for every cell.
 
     The observation model of a discrete Gaussian release (``mechanism="discrete_gaussian"``,
@@ -281,13 +382,8 @@ class DiscreteGaussianNoise(dist.Independent):
         ``σ``, the ``sigma`` of the release's ``DiscreteGaussian`` NoiseSpec.
     """
 
-    def __init__(self, loc: Any, scale: Any, *, validate_args: bool | None = None):
-        loc = _vector_loc(loc, "DiscreteGaussianNoise")
-        super().__init__(_DiscreteGaussian1(loc, scale), 1, validate_args=validate_args)
-
-    @property
-    def scale(self) -> Any:
-        return self.base_dist.scale
+    support = constraints.independent(integer, 1)
+    _base = _DiscreteGaussian1
 
 
 def noise_model(noise: NoiseSpec, loc: Any, *, validate_args: bool | None = None) -> Any:

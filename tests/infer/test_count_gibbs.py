@@ -22,35 +22,13 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from numpyro.infer import MCMC, NUTS
-from scipy.special import gammaln, logsumexp
+from oracles.enumeration import compositions, laplace_loglik, log_multinomial, moments
+from scipy.special import logsumexp
 
 from numpyro_dpgm import MarkovNetwork
 from numpyro_dpgm.distributions import CollectiveGraphicalModel, GaussianNoise, LaplaceNoise
 from numpyro_dpgm.infer.bayes import CGMGibbs, CountSiteError, RecordMoves, count_layout, run_nuts
 from numpyro_dpgm.infer.bayes.checks import convergence_figures
-
-
-def compositions(total: int, parts: int) -> np.ndarray:
-    """Every vector of ``parts`` non-negative integers summing to ``total``."""
-    if parts == 1:
-        return np.array([[total]])
-    return np.concatenate([
-        np.column_stack([np.full(len(rest), first), rest])
-        for first in range(total + 1) for rest in [compositions(total - first, parts - 1)]])
-
-
-def log_multinomial(n: np.ndarray, p: np.ndarray) -> np.ndarray:
-    return gammaln(n.sum(-1) + 1) - gammaln(n + 1).sum(-1) + (n * np.log(p)).sum(-1)
-
-
-def laplace(pred: np.ndarray, y: np.ndarray, b: float) -> np.ndarray:
-    return -np.abs(pred - y).sum(-1) / b
-
-
-def moments(values: np.ndarray, log_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    w = np.exp(log_w - logsumexp(log_w))
-    mean = w @ values
-    return mean, np.sqrt(w @ (values - mean) ** 2)
 
 
 def one_update(model, args, draws: np.ndarray, moves: int, seed: int) -> np.ndarray:
@@ -103,7 +81,7 @@ def chain_posterior():
     cube = full.reshape(-1, 2, 3, 2)
     n = np.concatenate([cube.sum(3).reshape(-1, 6), cube.sum(1).reshape(-1, 6)], axis=1)
     c = n[:, 6:].reshape(-1, 3, 2).sum(1)
-    log_w = (log_multinomial(full, joint) + laplace(n[:, :6], Y_AB, B_AB)
+    log_w = (log_multinomial(full, joint) + laplace_loglik(n[:, :6], Y_AB, B_AB)
              - 0.5 * (((c - Y_C) / S_C) ** 2).sum(-1))
     keys, inverse = np.unique(n, axis=0, return_inverse=True)
     log_q = np.full(len(keys), -np.inf)
@@ -158,8 +136,8 @@ def regions_posterior():
     i, j = np.meshgrid(np.arange(len(first)), np.arange(len(second)), indexing="ij")
     n = np.stack([first[i.ravel()], second[j.ravel()]], axis=1)  # (pairs, 2, 4)
     log_w = (log_multinomial(n[:, 0], P2) + log_multinomial(n[:, 1], P2)
-             + laplace(n[:, 0], Y_REG[0], B_REG) + laplace(n[:, 1], Y_REG[1], B_REG)
-             + laplace(n.sum(1), Y_NAT, B_NAT))
+             + laplace_loglik(n[:, 0], Y_REG[0], B_REG) + laplace_loglik(n[:, 1], Y_REG[1], B_REG)
+             + laplace_loglik(n.sum(1), Y_NAT, B_NAT))
     return n, log_w - logsumexp(log_w)
 
 
@@ -208,7 +186,8 @@ def prior_posterior():
     mu = np.exp(logits - logsumexp(logits, -1, keepdims=True)).reshape(-1, 3)
     tables = compositions(N1, 3)
     log_joint = ((np.log(w)[:, None] + np.log(w)[None, :]).reshape(-1, 1)
-                 + log_multinomial(tables[None], mu[:, None]) + laplace(tables, Y1, B1)[None])
+                 + log_multinomial(tables[None], mu[:, None])
+                 + laplace_loglik(tables, Y1, B1)[None])
     return (moments(tables, logsumexp(log_joint, axis=0)),
             moments(mu, logsumexp(log_joint, axis=1)))
 

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from oracles.enumeration import compositions, laplace_loglik, log_multinomial, moments
 from scipy.special import gammaln, logsumexp
 
 from numpyro_dpgm import MarkovNetwork
@@ -41,33 +42,6 @@ from numpyro_dpgm.infer.bayes.records import (
 )
 from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.measurements import Laplace, Measurement
-
-
-def compositions(total: int, parts: int) -> np.ndarray:
-    """Every vector of ``parts`` non-negative integers summing to ``total`` (recursively)."""
-    if parts == 1:
-        return np.array([[total]])
-    blocks = []
-    for first in range(total + 1):
-        rest = compositions(total - first, parts - 1)
-        blocks.append(np.column_stack([np.full(len(rest), first), rest]))
-    return np.concatenate(blocks)
-
-
-def log_multinomial(n: np.ndarray, p: np.ndarray) -> np.ndarray:
-    return gammaln(n.sum(-1) + 1) - gammaln(n + 1).sum(-1) + (n * np.log(p)).sum(-1)
-
-
-def laplace_loglik(pred: np.ndarray, y: np.ndarray, b: float) -> np.ndarray:
-    return -np.abs(pred - y).sum(-1) / b
-
-
-def moments(values: np.ndarray, log_w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    w = np.exp(log_w - logsumexp(log_w))
-    mean = w @ values
-    sd = np.sqrt(w @ (values - mean) ** 2)
-    return mean, sd
-
 
 # ------------------------------------------------------------------------------------------------
 # the 6-cell table, N = 12, Laplace b = 2, θ fixed

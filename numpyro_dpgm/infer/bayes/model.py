@@ -75,10 +75,10 @@ DEFAULT_PRIOR_SCALE = 3.0
 #: The parameterisations of ``θ`` the prior can sit on: :mod:`.coding`, :mod:`.conditional`, or
 #: ``"auto"``: the conditional one (at the released reference levels) on decomposable networks.
 CODINGS = ("auto", "reference", "conditional")
-#: Densities of the relaxed CGM site: the ``lgamma`` and ``stirling`` densities of
+#: Densities of the relaxed CGM site: the ``lgamma`` density of
 #: :class:`~numpyro_dpgm.distributions.cgm.CollectiveGraphicalModel` on ``N·M``, or the normal
 #: relaxation of :mod:`numpyro_dpgm.distributions.normal_cgm` (site ``z``, ``n`` deterministic).
-RELAXATIONS = ("lgamma", "stirling", "normal")
+RELAXATIONS = ("lgamma", "normal")
 
 
 class _Observed:
@@ -586,10 +586,9 @@ def noisy_marginals_model(
     theta : array ``(num_params,)``, optional
         Fix the record model's log-potentials instead of inferring them (then there is no
         ``phi`` site and the posterior is that of ``n`` given ``y`` and ``θ``).
-    relaxation : {"lgamma", "stirling", "normal"}
-        The relaxed CGM: the ``"lgamma"`` or ``"stirling"`` density on ``N·M`` (see
-        :class:`CollectiveGraphicalModel`; ``"lgamma"`` is the one to use with ``θ``
-        inferred), or ``"normal"``, the normal relaxation of
+    relaxation : {"lgamma", "normal"}
+        The relaxed CGM: the ``"lgamma"`` density on ``N·M`` (see
+        :class:`CollectiveGraphicalModel`), or ``"normal"``, the normal relaxation of
         :mod:`numpyro_dpgm.distributions.normal_cgm`: tables with exactly the CGM's mean and
         covariance, built along the junction tree from standard normal coordinates (latent
         site ``z``, dims ``("z_cell",)``; ``n`` becomes deterministic), partially centred per

@@ -92,8 +92,8 @@ def choose_path(
     """``("exact" | "relaxed" | "normal", reason)`` for a run of :func:`run_nuts`.
 
     ``"normal"`` is the relaxed path on the normal relaxation
-    (:mod:`numpyro_dpgm.distributions.normal_cgm`), ``"relaxed"`` on the model's ``lgamma`` or
-    ``stirling`` density. A model built with ``relaxation="normal"`` takes the normal path
+    (:mod:`numpyro_dpgm.distributions.normal_cgm`), ``"relaxed"`` on the model's ``lgamma``
+    density. A model built with ``relaxation="normal"`` takes the normal path
     unless ``exact=True``. Otherwise, with the conditional coding, ``exact=None`` picks the
     normal path where the noise variance of every released value is at least
     :data:`NORMAL_MIN_VARIANCE` counts² (there the counts' discreteness is hidden in the noise;
