@@ -287,7 +287,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
                         num_chains=chains, init=start, progress_bar=bar,
                         target_accept_prob=target_accept,
                         exact=chosen == "exact", time_limit=_left(time_limit, started),
-                        callback=_batch_line)
+                        callback=_batch_line, warmup_callback=_warmup_lines())
     figures = mcmc.convergence
     models = posterior_models(mcmc, network)
     drawn = models.batch_shape[0]
@@ -313,6 +313,27 @@ def _left(time_limit: float, started: float | None) -> float | None:
         return None
     spent = 0.0 if started is None else time.perf_counter() - started
     return max(time_limit - spent, 0.0)
+
+
+#: Seconds between two warm-up progress lines under ``--time-limit``.
+WARMUP_LINE_EVERY = 10.0
+
+
+def _warmup_lines() -> Any:
+    """``run_nuts``'s ``warmup_callback`` under ``--time-limit``: a line with the steps done
+    and the time left, at most every :data:`WARMUP_LINE_EVERY` seconds and at a chain's end."""
+    last = [time.perf_counter()]
+
+    def line(chain: int, done: int, total: int, left: float) -> None:
+        now = time.perf_counter()
+        if now - last[0] < WARMUP_LINE_EVERY and done < total:
+            return
+        last[0] = now
+        err_console.print(f"warm-up, chain {chain + 1}: {done} of {total} steps, "
+                          f"{max(left, 0.0):.0f} s left of its share of the time limit",
+                          highlight=False, soft_wrap=True)
+
+    return line
 
 
 def _batch_line(mcmc: Any, batch: int) -> None:

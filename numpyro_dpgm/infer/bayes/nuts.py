@@ -22,6 +22,7 @@ until the run has converged or time is up (:mod:`.extend`).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,6 +37,7 @@ from ...distributions.cgm import CollectiveGraphicalModel
 from ...distributions.relaxation import LEAK_TOLERANCE
 from .checks import (
     TARGET_ESS,
+    ConvergenceWarning,
     converged,
     convergence_figures,
     posterior_leak,
@@ -50,6 +52,7 @@ from .gibbs import exact_kernel
 from .initialization import _init_values, init_to_interior
 from .interweave import released_noise_share
 from .model import OBSERVED, NoisyMarginalsModel
+from .warmup import bounded_warmup
 
 __all__ = ["DENSE_MAX_DIM", "NORMAL_MIN_VARIANCE", "NUTS_FIELDS", "PINNED_SHARE", "choose_path",
            "released_noise_variance", "run_nuts"]
@@ -204,6 +207,7 @@ def run_nuts(
     time_limit: float | None = None,
     target_ess: float = TARGET_ESS,
     callback: Callable[[MCMC, int], None] | None = None,
+    warmup_callback: Callable[[int, int, int, float], None] | None = None,
     **model_kwargs: Any,
 ) -> MCMC:
     """Posterior draws of a model of noisy marginals by NUTS, on the relaxed or the exact path.
@@ -261,7 +265,11 @@ def run_nuts(
         relaxed path of a :class:`NoisyMarginalsModel`, warn (``RelaxationWarning``) when the
         leak at the posterior mean ``θ`` exceeds the tolerance.
     time_limit : float, optional
-        Seconds. After the first ``num_samples`` draws, keep drawing batches of
+        Seconds for the whole run, warm-up included. Warm-up then runs in chunks
+        (:func:`~.warmup.bounded_warmup`) and stops, keeping what it has adapted, once it has
+        used :data:`WARMUP_SHARE` of the limit (with a ``ConvergenceWarning``; ``mcmc.warmup_steps``
+        says how far each chain got); the first draws are cut to what the time left is
+        expected to hold at the warm-up's pace. After the first draws, keep drawing batches of
         ``num_samples`` more per chain (:func:`~.extend.draw_until`: no new warm-up) while some
         parameter's split R-hat exceeds 1.01 or its bulk ESS is below ``target_ess``, as long
         as the next batch is expected to end within ``time_limit`` of the call's start (the
@@ -273,6 +281,9 @@ def run_nuts(
     callback : callable, optional
         ``callback(mcmc, batch)`` before each further batch (progress; ``mcmc.convergence``
         then holds the figures of the draws so far).
+    warmup_callback : callable, optional
+        With ``time_limit``: ``warmup_callback(chain, steps_done, num_warmup, seconds_left)``
+        after every chunk of warm-up (progress with the time left).
 
     Returns
     -------
@@ -289,6 +300,7 @@ def run_nuts(
         and ``mcmc.batches`` (the further batches ``time_limit`` drew).
     """
     started = time.perf_counter()
+    deadline = None if time_limit is None else started + float(time_limit)
     method = _chain_method(chain_method, num_chains)
     values = _init_values(model, init)
     if not isinstance(model, NoisyMarginalsModel):
@@ -299,7 +311,8 @@ def run_nuts(
                 num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                 method=method, progress_bar=progress_bar, radius=radius,
                 target_accept_prob=target_accept_prob, dense_mass=dense_mass,
-                max_tree_depth=max_tree_depth, gibbs_moves=gibbs_moves),
+                max_tree_depth=max_tree_depth, gibbs_moves=gibbs_moves, deadline=deadline,
+                warmup_callback=warmup_callback),
                 started, time_limit, target_ess, callback, check, max_tree_depth)
         if counts:
             raise ValueError(f"exact=False, but the model's site(s) {list(counts)} are exact CGM "
@@ -319,7 +332,8 @@ def run_nuts(
         mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
                     num_chains=num_chains, chain_method=method, progress_bar=progress_bar,
                     progress_rate=1)
-        mcmc.run(rng_key, *model_args, extra_fields=fields, **model_kwargs)
+        _sample(mcmc, rng_key, model_args, model_kwargs, fields, None, deadline,
+                warmup_callback)
     else:
         sampled = model.with_cgm(False)
         y = _observed(model, model_args, model_kwargs)
@@ -340,8 +354,8 @@ def run_nuts(
         mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
                     num_chains=num_chains, chain_method=method, progress_bar=progress_bar,
                     progress_rate=1)
-        mcmc.run(rng_key, *model_args, extra_fields=fields, init_params={"n": n0},
-                 **model_kwargs)
+        _sample(mcmc, rng_key, model_args, model_kwargs, fields, {"n": n0}, deadline,
+                warmup_callback)
     mcmc.path, mcmc.path_reason, mcmc.model, mcmc.batches = path, reason, sampled, 0
     mcmc.fields = fields
     return _finish(mcmc, started, time_limit, target_ess, callback, check, max_tree_depth)
@@ -370,6 +384,41 @@ def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: fl
     return mcmc
 
 
+#: The share of ``time_limit`` that warm-up may use at most (the rest is for draws).
+WARMUP_SHARE = 0.5
+
+#: The fewest first draws per chain when ``time_limit`` cuts them.
+MIN_FIRST_DRAWS = 20
+
+
+def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
+            fields: tuple, init_params: Any, deadline: float | None,
+            warmup_callback: Callable | None) -> None:
+    """``mcmc.run``; with a ``deadline``, warm-up bounded by :func:`~.warmup.bounded_warmup`
+    to :data:`WARMUP_SHARE` of the time left and the first draws cut to fit the rest."""
+    mcmc.warmup_steps = (mcmc.num_warmup,) * mcmc.num_chains
+    if deadline is None or mcmc.num_warmup == 0:
+        mcmc.run(rng_key, *model_args, extra_fields=fields, init_params=init_params,
+                 **model_kwargs)
+        return
+    k_warm, k_run = jax.random.split(rng_key)
+    start = time.perf_counter()
+    steps = bounded_warmup(mcmc, k_warm, model_args, model_kwargs,
+                           deadline=start + WARMUP_SHARE * (deadline - start),
+                           init_params=init_params, callback=warmup_callback)
+    mcmc.warmup_steps = steps
+    if min(steps) < mcmc.num_warmup:
+        warnings.warn(
+            f"run_nuts: warm-up stopped after {min(steps)} of {mcmc.num_warmup} steps in some "
+            f"chain, to keep within time_limit ({WARMUP_SHARE:.0%} of it is for warm-up); the "
+            "step size and mass matrix are those adapted so far. Remedy: a longer time_limit, "
+            "or fewer warm-up steps", ConvergenceWarning, stacklevel=5)
+    per_draw = (time.perf_counter() - start) / max(sum(steps), 1)
+    fit = int((deadline - time.perf_counter()) / (per_draw * mcmc.num_chains))
+    mcmc.num_samples = max(min(mcmc.num_samples, fit), MIN_FIRST_DRAWS)
+    mcmc.run(k_run, *model_args, extra_fields=fields, **model_kwargs)
+
+
 def _user_sites(model: Callable[..., Any], model_args: tuple, model_kwargs: dict
                 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The exact CGM sites of a model of your own, and its other latent sample sites."""
@@ -386,7 +435,7 @@ def _run_user_exact(model: Callable[..., Any], rng_key: Array, model_args: tuple
                     *, num_warmup: int, num_samples: int, num_chains: int, method: str,
                     progress_bar: bool, radius: float, target_accept_prob: float,
                     dense_mass: bool | None, max_tree_depth: int, gibbs_moves: int | None,
-                    ) -> MCMC:
+                    deadline: float | None, warmup_callback: Callable | None) -> MCMC:
     """A model of your own with exact CGM sites: NUTS within Gibbs with record moves
     (:class:`~.count_gibbs.CGMGibbs`), or the record moves alone where no other site is
     latent."""
@@ -401,8 +450,8 @@ def _run_user_exact(model: Callable[..., Any], rng_key: Array, model_args: tuple
                 chain_method="sequential" if method == "vectorized" else method,
                 progress_bar=progress_bar, progress_rate=1)
     init_params = {k: values[k] for k in counts if k in values} or None
-    mcmc.run(rng_key, *model_args, extra_fields=fields, init_params=init_params,
-             **model_kwargs)
+    _sample(mcmc, rng_key, model_args, model_kwargs, fields, init_params, deadline,
+            warmup_callback)
     mcmc.path, mcmc.model, mcmc.batches, mcmc.fields = "exact", model, 0, fields
     mcmc.path_reason = (f"the model's site(s) {', '.join(map(repr, counts))} are exact CGM "
                         "tables: record moves on them" + (

@@ -1,0 +1,108 @@
+"""Warm-up within a time limit: the kernel stepped in chunks, stopped when time is up.
+
+NumPyro's ``MCMC.run`` compiles warm-up and sampling into one loop per chain, which cannot stop
+early: a run given a time limit could spend all of it, and more, adapting. :func:`bounded_warmup`
+runs each chain's warm-up itself, ``chunk`` kernel steps per compiled call (the adaptation
+schedule lives in the kernel's state, so the chunks make the same warm-up as one loop), checks
+the clock between chunks and stops a chain's warm-up when its share of the time is spent. The
+adapted states become ``mcmc.post_warmup_state``, from which ``mcmc.run`` draws without warming
+up again. A warm-up cut short keeps the step size and mass matrix adapted so far.
+
+>>> import jax, numpyro, numpyro.distributions as dist
+>>> from numpyro.infer import MCMC, NUTS
+>>> def model():
+...     numpyro.sample("x", dist.Normal(0.0, 1.0))
+>>> mcmc = MCMC(NUTS(model), num_warmup=200, num_samples=100, progress_bar=False)
+>>> done = bounded_warmup(mcmc, jax.random.key(0), (), {}, deadline=float("inf"))
+>>> done
+(200,)
+>>> mcmc.run(jax.random.key(1))
+>>> mcmc.get_samples()["x"].shape
+(100,)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from numpyro.infer import MCMC
+
+__all__ = ["WARMUP_CHUNK", "bounded_warmup"]
+
+#: Kernel steps per compiled call of :func:`bounded_warmup`.
+WARMUP_CHUNK = 25
+
+
+def bounded_warmup(
+    mcmc: MCMC,
+    rng_key: jax.Array,
+    model_args: tuple,
+    model_kwargs: dict,
+    *,
+    deadline: float,
+    init_params: Any = None,
+    chunk: int = WARMUP_CHUNK,
+    callback: Callable[[int, int, int, float], None] | None = None,
+) -> tuple[int, ...]:
+    """Warm up every chain of ``mcmc`` until done or ``deadline``; set its post-warm-up state.
+
+    Parameters
+    ----------
+    mcmc : numpyro.infer.MCMC
+        Not yet run; its ``num_warmup`` is the most warm-up steps per chain.
+    rng_key : PRNG key
+    model_args, model_kwargs
+        The model's arguments, as ``mcmc.run`` will get them.
+    deadline : float
+        A time of :func:`time.perf_counter`; the chains share what is left of it equally, in
+        turn (a chain that finishes early leaves its time to the next).
+    init_params : pytree, optional
+        Starting values, with a leading chain axis when there are several chains.
+    chunk : int
+        Kernel steps per compiled call.
+    callback : callable, optional
+        ``callback(chain, steps_done, num_warmup, seconds_left)`` after every chunk.
+
+    Returns
+    -------
+    tuple of int
+        Warm-up steps each chain made (``num_warmup`` unless the deadline cut it).
+    """
+    kernel, total = mcmc.sampler, int(mcmc.num_warmup)
+    chains = mcmc.num_chains
+    keys = jax.random.split(rng_key, chains)
+    states, done = [], []
+    for c in range(chains):
+        params = (init_params if chains == 1 or init_params is None
+                  else jax.tree.map(lambda x, c=c: x[c], init_params))
+        state = kernel.init(keys[c], total, params, model_args, model_kwargs)
+        if c == 0:
+            step = _chunk_program(kernel, model_args, model_kwargs, chunk)
+        share = (deadline - time.perf_counter()) / (chains - c)
+        stop, steps = time.perf_counter() + share, 0
+        while steps < total and (steps == 0 or time.perf_counter() < stop):
+            n = min(chunk, total - steps)
+            state = jax.block_until_ready(step(state, n))
+            steps += n
+            if callback is not None:
+                callback(c, steps, total, deadline - time.perf_counter())
+        states.append(state)
+        done.append(steps)
+    mcmc.post_warmup_state = (states[0] if chains == 1
+                              else jax.tree.map(lambda *xs: jnp.stack(xs), *states))
+    return tuple(done)
+
+
+def _chunk_program(kernel: Any, model_args: tuple, model_kwargs: dict, chunk: int) -> Any:
+    """``(state, n) ↦`` the state after ``n ≤ chunk`` kernel steps, compiled once."""
+
+    @jax.jit
+    def step(state: Any, n: Any) -> Any:
+        return jax.lax.fori_loop(0, n, lambda i, s: kernel.sample(s, model_args, model_kwargs),
+                                 state)
+
+    return step

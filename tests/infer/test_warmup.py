@@ -1,0 +1,62 @@
+"""Warm-up in chunks within a time limit (:func:`bounded_warmup`, ``run_nuts(time_limit=…)``).
+
+* The chunks make the same warm-up as NumPyro's one loop: the adapted step size, mass matrix
+  and position after ``num_warmup`` steps equal ``MCMC.warmup``'s from the same key.
+* A deadline stops warm-up early, keeps the adapted state, and ``run_nuts`` says so.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer import MCMC, NUTS
+
+from numpyro_dpgm.infer.bayes import ConvergenceWarning, run_nuts
+from numpyro_dpgm.infer.bayes.warmup import bounded_warmup
+
+
+def model(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(2.0))
+    numpyro.sample("y", dist.Normal(mu, sigma), obs=y)
+
+
+Y = jnp.asarray(np.random.default_rng(0).normal(1.0, 0.5, 30))
+
+
+def test_chunks_make_the_same_warmup_as_one_loop():
+    key = jax.random.key(3)
+    one = MCMC(NUTS(model), num_warmup=120, num_samples=10, progress_bar=False)
+    one.warmup(jax.random.split(key, 1)[0], Y)
+    chunked = MCMC(NUTS(model), num_warmup=120, num_samples=10, progress_bar=False)
+    steps = bounded_warmup(chunked, key, (Y,), {}, deadline=float("inf"), chunk=25)
+    assert steps == (120,)
+    a, b = one.post_warmup_state, chunked.post_warmup_state
+    np.testing.assert_allclose(a.adapt_state.step_size, b.adapt_state.step_size, rtol=1e-10)
+    np.testing.assert_allclose(a.adapt_state.inverse_mass_matrix[("mu", "sigma")],
+                               b.adapt_state.inverse_mass_matrix[("mu", "sigma")], rtol=1e-10)
+    for site in ("mu", "sigma"):
+        np.testing.assert_allclose(a.z[site], b.z[site], rtol=1e-10)
+
+
+def test_a_deadline_stops_warmup_and_keeps_the_adapted_state():
+    mcmc = MCMC(NUTS(model), num_warmup=10_000, num_samples=10, num_chains=2,
+                chain_method="sequential", progress_bar=False)
+    seen = []
+    steps = bounded_warmup(mcmc, jax.random.key(0), (Y,), {}, deadline=0.0, chunk=25,
+                           callback=lambda c, done, total, left: seen.append((c, done)))
+    assert steps == (25, 25) and seen == [(0, 25), (1, 25)]
+    mcmc.run(jax.random.key(1), Y)
+    assert mcmc.get_samples()["mu"].shape == (20,)
+
+
+def test_run_nuts_time_limit_bounds_warmup_and_says_so():
+    with pytest.warns(ConvergenceWarning, match="warm-up stopped after"):
+        mcmc = run_nuts(model, jax.random.key(0), Y, num_warmup=100_000, num_samples=50,
+                        num_chains=1, time_limit=2.0, check=False)
+    assert mcmc.warmup_steps[0] < 100_000
+    assert mcmc.get_samples()["mu"].shape[0] >= 20
