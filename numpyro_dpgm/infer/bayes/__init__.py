@@ -23,6 +23,7 @@ from .initialization import init_to_interior
 from .labels import cell_labels
 from .model import NoisyMarginalsModel, noisy_marginals_model
 from .nuts import run_nuts
+from .relax import relax
 from .svi import SVIFit, run_svi
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "init_to_interior",
     "noisy_marginals_model",
     "reference_coding",
+    "relax",
     "run_nuts",
     "run_svi",
 ]

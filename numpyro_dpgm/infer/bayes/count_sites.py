@@ -42,6 +42,7 @@ __all__ = [
     "count_layout",
     "exact_count_sites",
     "inner_distribution",
+    "split_sites",
 ]
 
 Array = Any
@@ -146,6 +147,17 @@ def exact_count_sites(model_trace: Any) -> tuple[str, ...]:
     """Names of the latent sample sites of a trace whose distribution is an exact CGM (the
     ``sites`` of the record-move block of :class:`numpyro.infer.Gibbs`)."""
     return tuple(name for name, site in model_trace.items() if _is_exact_cgm(site))
+
+
+def split_sites(model: Any, model_args: tuple = (), model_kwargs: dict | None = None,
+                ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(count sites, other latent sample sites)`` of ``model``, from one prototype trace."""
+    with jax.ensure_compile_time_eval():
+        tr = prototype_trace(model, jax.random.key(0), model_args, dict(model_kwargs or {}))
+    counts = exact_count_sites(tr)
+    others = tuple(k for k, s in tr.items() if s["type"] == "sample" and not s["is_observed"]
+                   and k not in counts)
+    return counts, others
 
 
 def _latent_values(tr: Any) -> dict[str, Array]:

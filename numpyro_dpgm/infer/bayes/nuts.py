@@ -30,7 +30,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import MCMC, NUTS
-from numpyro.infer.gibbs import prototype_trace
 
 from ..._deprecation import renamed_key
 from ...distributions.cgm import CollectiveGraphicalModel
@@ -46,7 +45,7 @@ from .checks import (
 )
 from .conditional import ConditionalCoding
 from .count_gibbs import CGMGibbs, RecordMoves
-from .count_sites import exact_count_sites
+from .count_sites import split_sites
 from .extend import draw_until
 from .gibbs import exact_kernel
 from .initialization import _init_values, init_to_interior
@@ -304,7 +303,7 @@ def run_nuts(
     method = _chain_method(chain_method, num_chains)
     values = _init_values(model, init)
     if not isinstance(model, NoisyMarginalsModel):
-        counts, others = _user_sites(model, model_args, model_kwargs)
+        counts, others = split_sites(model, model_args, model_kwargs)
         if counts and exact is not False:
             return _finish(_run_user_exact(
                 model, rng_key, model_args, model_kwargs, counts, others, values,
@@ -417,17 +416,6 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
     fit = int((deadline - time.perf_counter()) / (per_draw * mcmc.num_chains))
     mcmc.num_samples = max(min(mcmc.num_samples, fit), MIN_FIRST_DRAWS)
     mcmc.run(k_run, *model_args, extra_fields=fields, **model_kwargs)
-
-
-def _user_sites(model: Callable[..., Any], model_args: tuple, model_kwargs: dict
-                ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The exact CGM sites of a model of your own, and its other latent sample sites."""
-    with jax.ensure_compile_time_eval():
-        tr = prototype_trace(model, jax.random.key(0), model_args, model_kwargs)
-    counts = exact_count_sites(tr)
-    others = tuple(k for k, s in tr.items() if s["type"] == "sample" and not s["is_observed"]
-                   and k not in counts)
-    return counts, others
 
 
 def _run_user_exact(model: Callable[..., Any], rng_key: Array, model_args: tuple,

@@ -1,4 +1,11 @@
-"""Variational inference (SVI with an autoguide) on a model with a relaxed CGM site."""
+"""Variational inference (SVI with an autoguide) on a model with a relaxed CGM site.
+
+A model of your own with exact CGM sites runs relaxed (:class:`~.relax.relax`), and its
+:class:`SVIFit` says so (``path``, ``path_reason``). The intervals of a mean-field or
+full-covariance Gaussian guide are approximate: on a 515-cell model of 226,051 records the 90 %
+intervals of ``run_svi`` covered 11 and 13 of 20 true conditionals where NUTS's covered more;
+:func:`~.nuts.run_nuts` is the path whose intervals are calibrated.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +25,10 @@ from numpyro.infer.autoguide import (
 
 from ..._deprecation import renamed_key
 from .checks import posterior_leak, warn_relaxed_leak
+from .count_sites import split_sites
 from .initialization import _init_values, init_to_interior
 from .model import NoisyMarginalsModel
+from .relax import relax
 
 __all__ = ["SVIFit", "run_svi"]
 
@@ -45,6 +54,8 @@ class SVIFit(NamedTuple):
         Seconds, compilation included.
     model_args, model_kwargs : tuple, dict
         The arguments the model was fitted with (e.g. ``y=`` for a simulated release).
+    path, path_reason : str
+        ``"relaxed"`` or ``"normal"`` (the relaxation the fit ran on), and why.
     """
 
     guide: Any
@@ -54,6 +65,8 @@ class SVIFit(NamedTuple):
     elapsed: float
     model_args: tuple = ()
     model_kwargs: dict | None = None
+    path: str = "relaxed"
+    path_reason: str = "the model's CGM site is relaxed"
 
 
 @renamed_key
@@ -97,6 +110,15 @@ def run_svi(
     if guide not in _GUIDES:
         raise ValueError(f"guide must be one of {sorted(_GUIDES)}, got {guide!r}")
     start = time.perf_counter()
+    path, reason = _svi_path(model)
+    if isinstance(model, NoisyMarginalsModel) and not model.relaxed:
+        model = model.with_cgm(True)
+    elif not isinstance(model, NoisyMarginalsModel):
+        counts, _ = split_sites(model, model_args, model_kwargs)
+        if counts:
+            model = relax(model)
+            reason = (f"the model's exact CGM site(s) {', '.join(map(repr, counts))} run on the "
+                      "relaxed (lgamma) density: SVI needs real tables")
     values = _init_values(model, init)
     init_fn = init_to_interior(values=values, radius=0.0)
     auto = _GUIDES[guide](model, init_loc_fn=init_fn)
@@ -112,7 +134,17 @@ def run_svi(
         warn_relaxed_leak(posterior_leak(model, draws["theta"]), float(model.total_count),
                           what="run_svi")
     return SVIFit(auto, result.params, result.losses, draws, time.perf_counter() - start,
-                  tuple(model_args), dict(model_kwargs))
+                  tuple(model_args), dict(model_kwargs), path, reason)
+
+
+def _svi_path(model: Any) -> tuple[str, str]:
+    """The relaxation a fit runs on, and why."""
+    if isinstance(model, NoisyMarginalsModel):
+        if model.relaxation == "normal":
+            return "normal", "the model's CGM site is the normal relaxation"
+        return "relaxed", ("the model's CGM site is relaxed" if model.relaxed else
+                           "SVI runs the model's CGM site on the relaxed (lgamma) density")
+    return "relaxed", "a model of your own runs as written"
 
 
 def _latent_and_deterministic_sites(model: Any, args: tuple, kwargs: dict) -> list[str]:
