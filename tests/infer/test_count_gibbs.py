@@ -332,3 +332,29 @@ def test_run_svi_fits_a_users_model_on_the_relaxed_path_and_says_so():
     assert n.shape == (500, 3) and np.allclose(n.sum(-1), N1)
     # the release says 11 of the 12 records are at level 0
     assert 9.0 < n[:, 0].mean() <= 12.0
+
+
+def regions_apart_model(y_reg):
+    with numpyro.plate("region", 2):
+        n = numpyro.sample("n", CollectiveGraphicalModel(NET2, jnp.log(jnp.asarray(P2)),
+                                                         TOTALS))
+        numpyro.sample("y", LaplaceNoise(n, B_REG), obs=y_reg)
+
+
+def test_regions_that_share_no_answer_move_in_parallel_and_keep_the_law():
+    from numpyro_dpgm.infer.bayes.count_gibbs import _site_plans
+
+    (site,) = _site_plans(count_layout(regions_apart_model, (jnp.asarray(Y_REG),)))
+    np.testing.assert_array_equal(site.local, [[0, 1, 2, 3], [4, 5, 6, 7]])
+    coupled = count_layout(regions_model, (jnp.asarray(Y_REG), jnp.asarray(Y_NAT)))
+    assert _site_plans(coupled)[0].local is None
+    first, second = compositions(4, 4), compositions(5, 4)
+    log_p = [log_multinomial(t, P2) + laplace_loglik(t, Y_REG[r], B_REG)
+             for r, t in enumerate((first, second))]
+    rng = np.random.default_rng(5)
+    draws = 20_000
+    start = np.stack([t[rng.choice(len(t), size=draws, p=np.exp(lp - logsumexp(lp)))]
+                      for t, lp in zip((first, second), log_p, strict=True)], axis=1)
+    after = one_update(regions_apart_model, (jnp.asarray(Y_REG),), start, 3, 6)
+    for r, (t, lp) in enumerate(zip((first, second), log_p, strict=True)):
+        assert_law_kept(after[:, r], start[:, r], *moments(t, lp))

@@ -106,7 +106,13 @@ class RecordMovesState(NamedTuple):
 
 
 class _Site(NamedTuple):
-    """Static plan of one count site's moves."""
+    """Static plan of one count site's moves.
+
+    ``local`` is ``None`` where the sets of tables share answers (a national total over
+    regions): their moves then run in one sequence. Where every answer is read by one set only
+    (independent releases per region or per simulated release), ``local`` ``(B, A_b)`` lists
+    each set's answers and ``local_rows`` indexes them per cell, and the sets move in parallel.
+    """
 
     plan: DealPlan
     batch: int
@@ -114,6 +120,26 @@ class _Site(NamedTuple):
     totals: np.ndarray
     rows: np.ndarray
     coefs: np.ndarray
+    local: np.ndarray | None
+    local_rows: np.ndarray | None
+
+
+def _local_answers(rows: np.ndarray, batch: int, pad: int
+                   ) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+    """Each set's answers and the cells' rows among them, where no two sets share an answer
+    and every set reads as many; else ``(None, None)``."""
+    if batch == 1:
+        return None, None
+    per = rows.reshape(batch, -1, rows.shape[-1])
+    sets = [np.unique(r[r != pad]) for r in per]
+    sizes = {len(a) for a in sets}
+    if len(sizes) != 1 or len(np.unique(np.concatenate(sets))) != sum(len(a) for a in sets):
+        return None, None
+    local = np.stack(sets).astype(np.int32)
+    size = local.shape[1]
+    local_rows = np.stack([np.where(r == pad, size, np.searchsorted(a, r))
+                           for r, a in zip(per, sets, strict=True)]).astype(np.int32)
+    return local, local_rows
 
 
 def _site_plans(layout: CountLayout) -> tuple[_Site, ...]:
@@ -123,8 +149,10 @@ def _site_plans(layout: CountLayout) -> tuple[_Site, ...]:
             plan = deal_plan(c.network, int(np.max(c.totals, initial=0)))
         except ValueError as err:
             raise ValueError(f"count site {c.name!r}: {err}") from None
-        out.append(_Site(plan, int(np.prod(c.batch_shape)), c.network.num_params,
-                         np.ravel(c.totals), c.rows, c.coefs))
+        batch = int(np.prod(c.batch_shape))
+        local, local_rows = _local_answers(c.rows, batch, layout.num_answers)
+        out.append(_Site(plan, batch, c.network.num_params, np.ravel(c.totals), c.rows,
+                         c.coefs, local, local_rows))
     return tuple(out)
 
 
@@ -143,23 +171,58 @@ def _cell_strides(net: Any) -> tuple[Array, Array]:
 
 def _swaps(site: _Site, families: np.ndarray, records: Array, n: Array, pred: Array, y: Array,
            scale: Array, theta: Array, moves: int, rng_key: Array) -> tuple:
-    """``moves`` record swaps per set of tables of one count site, in sequence.
+    """``moves`` record swaps per set of tables of one count site.
 
     ``records`` ``(B, N_max, d)``, ``n`` ``(B·P,)``, ``pred``/``y``/``scale`` the answers with
-    one padding entry, ``theta`` ``(B, P)``. Returns ``(records, n, pred, accepted)``.
+    one padding entry, ``theta`` ``(B, P)``. The sets move in one sequence, or in parallel
+    where they share no answer (``site.local``). Returns ``(records, n, pred, accepted)``.
     """
-    net, nb, P = site.plan.network, site.batch, site.num_params
+    codes = jnp.asarray(families)
+    rows, coefs = jnp.asarray(site.rows), jnp.asarray(site.coefs, dtype=pred.dtype)
+    totals = jnp.asarray(site.totals)
+    if site.local is None:
+        return _sequence(site, families, records, n, pred, y, scale, codes, rows, coefs, theta,
+                         totals, moves, rng_key)
+    nb, P = site.batch, site.num_params
+    local = jnp.asarray(site.local)
+
+    def one(rec: Array, n_b: Array, idx: Array, rows_b: Array, coefs_b: Array, theta_b: Array,
+            total: Array, key: Array) -> tuple:
+        rec, n_b, p_b, acc = _sequence(
+            site, families, rec[None], n_b, _padded(pred[idx], 0.0), _padded(y[idx], 0.0),
+            _padded(scale[idx], 1.0), _padded(codes[idx], 0), rows_b, coefs_b, theta_b[None],
+            total[None], moves, key)
+        return rec[0], n_b, p_b[:-1], acc
+
+    rec, n, p_local, accepted = jax.vmap(one)(
+        records, jnp.reshape(n, (nb, P)), local, jnp.asarray(site.local_rows),
+        jnp.reshape(coefs, (nb, P, -1)), theta, totals, jax.random.split(rng_key, nb))
+    pred = pred.at[local].set(p_local)
+    return rec, jnp.ravel(n), pred, jnp.ravel(accepted)
+
+
+def _padded(a: Array, value: float) -> Array:
+    """``a`` with one padding entry ``value`` at the end (the answer a cell's padded row
+    points to)."""
+    return jnp.concatenate([a, jnp.full((1,), value, a.dtype)])
+
+
+def _sequence(site: _Site, families: np.ndarray, records: Array, n: Array, pred: Array,
+              y: Array, scale: Array, codes: Array, rows_of: Array, coefs_of: Array,
+              theta: Array, totals: Array, moves: int, rng_key: Array) -> tuple:
+    """``moves`` swaps per set of ``records`` ``(B', N_max, d)``, all in one sequence; the
+    answers are ``pred``/``y``/``scale``/``codes`` (padding entry last) and ``rows_of``
+    ``(B'·P, w)`` index them."""
+    net, P = site.plan.network, site.num_params
+    nb = records.shape[0]
     k_prop, k_idx, k_u = jax.random.split(rng_key, 3)
     props = jax.vmap(lambda t, k: jt.sample(net, t, k, moves))(
         theta, jax.random.split(k_prop, nb)).astype(jnp.int32)
     which = jnp.repeat(jnp.arange(nb), moves)
-    totals = jnp.asarray(site.totals)[which]
-    idx = jnp.floor(jax.random.uniform(k_idx, (nb * moves,)) * totals).astype(jnp.int32)
+    idx = jnp.floor(jax.random.uniform(k_idx, (nb * moves,)) * totals[which]).astype(jnp.int32)
     log_u = jnp.log(jax.random.uniform(k_u, (nb * moves,), dtype=pred.dtype))
-    rows_of, coefs_of = jnp.asarray(site.rows), jnp.asarray(site.coefs, dtype=pred.dtype)
     strides, offsets = _cell_strides(net)
-    pairs = jnp.tril(jnp.ones((len(offsets) * site.rows.shape[1],) * 2, dtype=bool), -1)
-    fams = families
+    pairs = jnp.tril(jnp.ones((len(offsets) * rows_of.shape[1],) * 2, dtype=bool), -1)
 
     def body(carry: tuple, inp: tuple) -> tuple:
         recs, tables, ans = carry
@@ -173,7 +236,7 @@ def _swaps(site: _Site, families: np.ndarray, records: Array, n: Array, pred: Ar
         change = same.astype(delta.dtype) @ delta      # each answer's total change
         first = ~jnp.any(same & pairs, axis=1)         # count each answer once
         cur, yy, ss = ans[rows], y[rows], scale[rows]
-        ll = answer_log_lik(jnp.asarray(fams)[rows], fams, jnp.stack([yy, yy]),
+        ll = answer_log_lik(codes[rows], families, jnp.stack([yy, yy]),
                             jnp.stack([cur + change, cur]), jnp.stack([ss, ss]))
         keep = first & (rows < ans.shape[0] - 1)
         accept = lu < jnp.sum(jnp.where(keep, ll[0] - ll[1], 0.0))
