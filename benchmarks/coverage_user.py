@@ -1,0 +1,161 @@
+"""Coverage of 90 % intervals over many simulated releases: a user's model, exact and SVI paths.
+
+A chain network (``--levels`` values per attribute, ``--attrs`` attributes, every edge a
+clique), true log-potentials drawn once (junction-tree conditionals from a Dirichlet(1)), then
+``--releases`` independent populations of ``--records`` records, each releasing every clique
+table with Laplace noise at ``--eps`` (add/remove, sensitivity = number of tables). The model is
+written by hand, as a user would, over a plate of releases: the library's public conditional
+coding ``φ ∼ N(0, 3²)``, ``θ = coding.to_theta(φ)``, an exact
+``CollectiveGraphicalModel(net, θ, N)`` and ``LaplaceNoise``. Paths:
+
+- ``exact``: ``run_nuts(model, key, y)`` (record moves within Gibbs; the releases share no
+  answer, so their tables move in parallel);
+- ``svi``, ``svi-mvn``: ``run_svi`` with the mean-field or full-covariance Gaussian guide on the
+  relaxed density (the ``relax`` handler); the full-covariance guide spans every release's
+  parameters, so it is slow with many releases (not run by default).
+
+Figures per path: wall time, worst split R-hat and smallest bulk ESS (exact), and the share of
+``(release, cell)`` pairs whose true cell probability ``μ`` lies in the central 90 % interval of
+the posterior draws of ``μ``, over all cells and over cells expecting fewer than 5 records per
+table. Writes ``coverage_user.json``/``.csv`` with the load average around every run. Run
+``python -m benchmarks coverage_user [--records 10000] [--releases 100]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from .harness import add_out_argument, json_default, load_average, new_record, write_results
+
+DESCRIPTION = "coverage of 90% intervals over simulated releases: a user's model, exact vs SVI"
+
+
+def _truth(net: Any, rng: np.random.Generator) -> np.ndarray:
+    """Log-potentials of a chain: the first clique's joint and the next ones' conditionals."""
+    tables = {}
+    for j, clique in enumerate(net.cliques):
+        shape = net.shapes[j]
+        if j == 0:
+            tables[clique] = np.log(rng.dirichlet(np.ones(int(np.prod(shape))))).reshape(shape)
+        else:
+            tables[clique] = np.log(rng.dirichlet(np.ones(shape[-1]), size=shape[0]))
+    return np.asarray(net.flatten(tables))
+
+
+def _setup(args: argparse.Namespace) -> dict[str, Any]:
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    from numpyro_dpgm import MarkovNetwork
+    from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
+    from numpyro_dpgm.infer.bayes import conditional_coding
+    from numpyro_dpgm.inference import junction_tree as jt
+
+    attrs = [f"x{i}" for i in range(args.attrs)]
+    edges = list(zip(attrs[:-1], attrs[1:], strict=True))
+    net = MarkovNetwork({a: args.levels for a in attrs}, edges)
+    theta = _truth(net, np.random.default_rng(args.seed))
+    mu = np.asarray(net.flatten(jt.marginals(net, jnp.asarray(theta))))
+    keys = jax.random.split(jax.random.key(args.seed), args.releases)
+    n = np.stack([np.asarray(net.features(jt.sample(net, jnp.asarray(theta), k, args.records)))
+                  for k in keys])
+    b = len(net.cliques) / args.eps
+    y = n + np.random.default_rng(args.seed + 1).laplace(0.0, b, n.shape)
+    coding = conditional_coding(net)
+
+    def model(y):
+        with numpyro.plate("release", y.shape[0]):
+            phi = numpyro.sample("phi", dist.Normal(0.0, 3.0).expand([coding.dim]).to_event(1))
+            theta = numpyro.deterministic("theta", coding.to_theta(phi))
+            n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, args.records,
+                                                             normalized=True))
+            numpyro.sample("y", LaplaceNoise(n, b), obs=y)
+
+    def marginals(thetas: np.ndarray) -> np.ndarray:
+        fn = jax.jit(jax.vmap(lambda t: net.flatten(jt.marginals(net, t))))
+        flat = thetas.reshape(-1, thetas.shape[-1])
+        return np.asarray(fn(jnp.asarray(flat))).reshape(thetas.shape)
+
+    return {"net": net, "mu": mu, "y": y, "model": model, "marginals": marginals, "b": b}
+
+
+def _coverage(mu_draws: np.ndarray, mu: np.ndarray, sparse: np.ndarray) -> dict[str, float]:
+    lo, hi = np.quantile(mu_draws, [0.05, 0.95], axis=0)
+    inside = (lo <= mu) & (mu <= hi)
+    return {"coverage": float(inside.mean()),
+            "coverage_sparse": float(inside[:, sparse].mean()) if sparse.any() else None,
+            "sparse_cells": int(sparse.sum()),
+            "mean_width": float((hi - lo).mean())}
+
+
+def _run(path: str, s: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    from numpyro_dpgm.infer.bayes import run_nuts, run_svi
+
+    load0, t0 = load_average(), time.perf_counter()
+    out: dict[str, Any] = {"path": path}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if path == "exact":
+            mcmc = run_nuts(s["model"], jax.random.key(args.seed), s["y"],
+                            num_warmup=args.draws, num_samples=args.draws,
+                            num_chains=args.chains)
+            theta = np.asarray(mcmc.get_samples()["theta"])
+            fig = mcmc.convergence
+            out.update(max_r_hat=fig.max_r_hat, min_ess_bulk=fig.min_ess_bulk,
+                       worst=fig.worst, path_reason=mcmc.path_reason)
+        else:
+            fit = run_svi(s["model"], jax.random.key(args.seed), s["y"],
+                          guide="mvn" if path == "svi-mvn" else "normal",
+                          num_steps=args.svi_steps, num_samples=args.chains * args.draws)
+            theta = np.asarray(fit.samples["theta"])
+            out.update(path_reason=fit.path_reason)
+    out["wall_s"] = time.perf_counter() - t0
+    sparse = s["mu"] * args.records < 5.0
+    out.update(_coverage(s["marginals"](theta), s["mu"], sparse))
+    out.update(warnings=sorted({w.category.__name__ for w in caught}), load_before=load0,
+               load_after=load_average())
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--attrs", type=int, default=3)
+    parser.add_argument("--levels", type=int, default=4)
+    parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument("--releases", type=int, default=100)
+    parser.add_argument("--eps", type=float, default=1.0)
+    parser.add_argument("--paths", default="exact,svi",
+                        help="comma-separated: exact, svi, svi-mvn (a full-covariance guide "
+                             "over every release's parameters: slow for many releases)")
+    parser.add_argument("--chains", type=int, default=2)
+    parser.add_argument("--draws", type=int, default=500, help="warm-up and draws per chain")
+    parser.add_argument("--svi-steps", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=0)
+    add_out_argument(parser, "coverage_user-cpu")
+    parser.add_argument("--tag", default="coverage_user-cpu", help="the results' file stem")
+
+
+def main(args: argparse.Namespace) -> int:
+    jax.config.update("jax_enable_x64", True)
+    settings = {k: v for k, v in vars(args).items() if k != "out"}
+    record = new_record("coverage_user", settings)
+    s = _setup(args)
+    base = {"cells": s["net"].num_params, "records": args.records, "releases": args.releases,
+            "eps": args.eps, "noise_scale": s["b"]}
+    rows = []
+    for path in [p for p in args.paths.split(",") if p]:
+        rows.append({**base, **_run(path, s, args)})
+        print(json.dumps(rows[-1], default=json_default), file=sys.stderr)
+    record.update(rows=rows, load_average_end=load_average())
+    for p in write_results(Path(args.out), args.tag, record, rows):
+        print(p, file=sys.stderr)
+    return 0
