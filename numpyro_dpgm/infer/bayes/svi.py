@@ -2,9 +2,11 @@
 
 A model of your own with exact CGM sites runs relaxed (:class:`~.relax.relax`), and its
 :class:`SVIFit` says so (``path``, ``path_reason``). The intervals of a mean-field or
-full-covariance Gaussian guide are approximate: on a 515-cell model of 226,051 records the 90 %
-intervals of ``run_svi`` covered 11 and 13 of 20 true conditionals where NUTS's covered more;
-:func:`~.nuts.run_nuts` is the path whose intervals are calibrated.
+full-covariance Gaussian guide are approximate. Measured over 100 simulated releases of a
+32-cell chain (10,000 records, Laplace ε = 1; ``python -m benchmarks coverage_user``): the
+mean-field guide's 90 % intervals covered 79.5 % of the true cell probabilities, 19 % in cells
+expecting under 5 records, against 90.0 % (95.5 %) for the exact path of
+:func:`~.nuts.run_nuts`, the path whose intervals are calibrated.
 """
 
 from __future__ import annotations
