@@ -192,6 +192,9 @@ def _remedy(path: str) -> str:
                 "(init=em_start(model)), or compare another path: the lgamma relaxation "
                 "(exact=False on a model built with relaxation='lgamma') or the exact one "
                 "(exact=True)")
+    if path == "collapsed":
+        return ("run more warm-up and draws, or compare the exact path (run_nuts(..., "
+                "exact=True)), whose posterior the collapsed sampler approximates")
     return ("run more draws and warm-up (the exact path mixes slowly where the noise "
             "swamps a cell's count), more record swaps per step (gibbs_moves=, up to N), "
             "non-centred moves (interweave=), start from the NLBP-EM estimate "

@@ -1,0 +1,206 @@
+"""The collapsed Gibbs sampler on a Laplace release at real size (226,051 records, 321 cells).
+
+The notes' case (``/work/shared/notes/measured.md`` §5: a held-out table of 226,051 records, a
+tree of three 2-way cliques, 319 cells, joint 11,979 cells, Laplace ε = 1) is not in
+``/work/shared/data``; its stand-in here: ``--records`` records (default 226,051) drawn from the
+junction-tree MLE of Adult's tables on the chain ``workclass – occupation – relationship –
+education-num`` (three 2-way cliques, 321 cells, joint 12,960 cells;
+:func:`benchmarks.workloads.adult_data`), the three tables released with Laplace noise at
+``--eps`` (ε split by the sensitivity rule: b = 3 at ε = 1, the JAX sampler seeded), modelled
+by :func:`~numpyro_dpgm.infer.bayes.noisy_marginals_model` with its defaults (conditional
+coding, N(0, 3²) prior).
+
+Per run of :func:`~numpyro_dpgm.infer.bayes.collapsed.run_collapsed` (``--chains`` chains one
+after the other, or ``--chain-method parallel``; ``--warmup`` + ``--draws`` each): the wall time
+of a run of 2 + 2 steps per chain (compilation: one after the other, every chain compiles its
+own program) and of the full run, the run without
+compilation (their difference), the worst rank-normalised split R-hat and smallest bulk ESS of
+``μ``, ``θ`` (cells of the non-empty released rows and all) and ``n``, leapfrog steps per draw,
+maximum-depth hits, divergences, the coverage of the true counts by ``n``'s central 90 %
+intervals, and the load average before and after. ``--gradient`` also times one value and
+gradient of the collapsed log likelihood (hand-written gradient against JAX's own through the
+Cholesky factor).
+
+Run ``python -m benchmarks collapsed [--records 226051] [--eps 1] [--chains 2] [--warmup 300]
+[--draws 300]``; writes ``collapsed-cpu.json`` (``--tag``) under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .harness import (
+    add_out_argument,
+    interleaved,
+    json_default,
+    load_average,
+    new_record,
+    write_results,
+)
+from .workloads import adult_data
+
+DESCRIPTION = "collapsed Gibbs (counts integrated out of θ's update) on a 321-cell Laplace release"
+
+#: The tree of three 2-way cliques (321 cells): a chain over four of Adult's attributes.
+EDGES = [("workclass", "occupation"), ("occupation", "relationship"),
+         ("relationship", "education-num")]
+
+
+def build(records: int, eps: float, seed: int) -> tuple[Any, Any, np.ndarray]:
+    """The model of the release, its data set and the true tables (network layout)."""
+    import jax
+
+    from numpyro_dpgm import MarkovNetwork
+    from numpyro_dpgm.infer.bayes import noisy_marginals_model
+    from numpyro_dpgm.privacy import simulate_release
+
+    data, _ = adult_data(EDGES, records, seed)
+    net = MarkovNetwork(data.domain, EDGES)
+    ms = simulate_release(data, list(net.cliques), eps, jax.random.key(seed + 7))
+    truth = net.flatten(data.count(list(net.cliques)))
+    return noisy_marginals_model(net, ms, int(data.total)), data, np.asarray(truth, float)
+
+
+def gradient_ms(model: Any, repeats: int = 30) -> dict[str, Any]:
+    """Milliseconds per value and gradient of the collapsed log likelihood in ``φ``
+    (:func:`~benchmarks.harness.interleaved`: median and quartiles): the hand-written gradient,
+    and JAX's own through the Cholesky factor of the same formula."""
+    import jax
+    import jax.numpy as jnp
+
+    from numpyro_dpgm.infer.bayes.collapsed import CollapsedModel
+    from numpyro_dpgm.infer.bayes.collapsed_gaussian import _log_likelihood, log_likelihood
+
+    cm = CollapsedModel(model)
+    y, v = jnp.asarray(model.y), 2.0 * jnp.asarray(model.noise_scales) ** 2
+
+    def ours(w: Any) -> Any:
+        _, loc, factor = cm.moments(cm.phi(w))
+        return log_likelihood(y - loc, factor, v)
+
+    def autodiff(w: Any) -> Any:
+        _, loc, factor = cm.moments(cm.phi(w))
+        return _log_likelihood(y - loc, factor, v)[0]
+
+    w = jnp.zeros(model.coding.dim)
+    fns = {name: jax.jit(jax.value_and_grad(fn))
+           for name, fn in (("hand_written", ours), ("jax_autodiff", autodiff))}
+    calls = {name: functools.partial(f, w) for name, f in fns.items()}
+    out: dict[str, Any] = {f"value_and_grad_{name}": t
+                           for name, t in interleaved(calls, repeats).items()}
+    for name, call in calls.items():  # CPU time: less at the mercy of other processes
+        cpu = time.process_time()
+        for _ in range(repeats):
+            jax.block_until_ready(call())
+        out[f"value_and_grad_{name}_cpu_ms"] = 1e3 * (time.process_time() - cpu) / repeats
+    return out
+
+
+def figures(samples: dict, sites: list[str]) -> dict[str, Any]:
+    """Worst R-hat (and where), smallest bulk ESS per site (``checks.convergence_figures``)."""
+    from numpyro_dpgm.infer.bayes.checks import convergence_figures
+
+    out = {}
+    for site in sites:
+        fig = convergence_figures(samples, [site])
+        out.update({f"{site}_max_r_hat": fig.max_r_hat, f"{site}_worst": fig.worst,
+                    f"{site}_min_ess_bulk": fig.min_ess_bulk})
+    return out
+
+
+def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
+    """Compile-only run, full run, and the run's figures."""
+    import jax
+
+    from numpyro_dpgm.infer.bayes.collapsed import run_collapsed
+
+    options = dict(num_chains=args.chains, dense_mass=args.dense_mass, check=False,
+                   chain_method=args.chain_method)
+    row: dict[str, Any] = {"load_before": load_average()}
+    keys = ("first_call_s", "compile_s")[2 - args.compile_runs:]
+    for key in keys:  # a first call also pays the process's first traces
+        start, cpu = time.perf_counter(), time.process_time()
+        jax.block_until_ready(run_collapsed(model, jax.random.key(args.seed), num_warmup=2,
+                                            num_samples=2, **options).get_samples())
+        row[key], row[f"{key[:-2]}_cpu_s"] = (time.perf_counter() - start,
+                                              time.process_time() - cpu)
+        print(f"{key}: {row[key]:.1f} s, load {load_average()}", file=sys.stderr, flush=True)
+    row["load_after_compile"] = load_average()
+    start, cpu = time.perf_counter(), time.process_time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc = run_collapsed(model, jax.random.key(args.seed + 1), num_warmup=args.warmup,
+                             num_samples=args.draws, **options)
+        grouped = mcmc.get_samples(group_by_chain=True)
+        jax.block_until_ready(grouped)
+    row["wall_s"], row["cpu_s"] = time.perf_counter() - start, time.process_time() - cpu
+    row["run_s"] = row["wall_s"] - row[keys[-1]]
+    row["run_cpu_s"] = row["cpu_s"] - row[f"{keys[-1][:-2]}_cpu_s"]
+    row["load_after"] = load_average()
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+    steps = np.asarray(extra["num_steps"])
+    depth = np.log2(np.maximum(steps, 1)).astype(int) + 1
+    row.update(steps_per_draw=float(steps.mean()), max_depth_hits=int(np.sum(depth >= 10)),
+               divergences=int(np.sum(np.asarray(extra["diverging"]))),
+               step_size=float(np.mean(np.asarray(extra["adapt_state.step_size"]))))
+    row.update(figures(grouped, ["mu", "theta", "phi", "n"]))
+    n = np.asarray(grouped["n"]).reshape(-1, truth.size)
+    lo, hi = np.quantile(n, [0.05, 0.95], axis=0)
+    row["n_coverage_90"] = float(np.mean((lo <= truth) & (truth <= hi)))
+    mu = np.asarray(grouped["mu"]).reshape(-1, truth.size).mean(0)
+    total = float(model.total_count)
+    row["mu_mean_abs_error"] = float(np.mean(np.abs(mu - truth / total)))
+    return row
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--records", type=int, default=226_051)
+    parser.add_argument("--eps", type=float, default=1.0)
+    parser.add_argument("--chains", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--draws", type=int, default=300)
+    parser.add_argument("--dense-mass", action="store_true")
+    parser.add_argument("--chain-method", choices=("sequential", "parallel"), default="sequential",
+                        help="parallel: one device per chain (on a CPU, XLA_FLAGS="
+                             "--xla_force_host_platform_device_count=CHAINS)")
+    parser.add_argument("--gradient", action="store_true",
+                        help="also time one value and gradient (hand-written vs JAX's)")
+    parser.add_argument("--no-run", action="store_true", help="skip the sampler run")
+    parser.add_argument("--compile-runs", type=int, choices=(1, 2), default=2,
+                        help="runs of 2 + 2 steps before the full run (1: the compilation "
+                             "time then includes the process's first traces)")
+    parser.add_argument("--seed", type=int, default=0)
+    add_out_argument(parser, "collapsed-cpu")
+    parser.add_argument("--tag", default="collapsed-cpu")
+
+
+def main(args: argparse.Namespace) -> int:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    model, data, truth = build(args.records, args.eps, args.seed)
+    record = new_record("collapsed", vars(args) | {"out": str(args.out)}, rows=[])
+    row: dict[str, Any] = {
+        "records": int(data.total), "eps": args.eps, "cells": int(model.network.num_params),
+        "params": int(model.coding.dim), "laplace_b": float(model.noise_scales[0]),
+        "chains": args.chains, "warmup": args.warmup, "draws": args.draws,
+        "dense_mass": args.dense_mass, "chain_method": args.chain_method,
+        "jax_devices": [str(d) for d in jax.devices()]}
+    record["rows"].append(row)
+    if args.gradient:
+        row.update(gradient_ms(model), load_gradient=load_average())
+        write_results(args.out, args.tag, record, record["rows"])  # kept if the run times out
+    if not args.no_run:
+        row.update(run(model, truth, args))
+    print(json.dumps(row, default=json_default), flush=True)
+    paths = write_results(args.out, args.tag, record, record["rows"])
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0

@@ -1,0 +1,366 @@
+r"""A collapsed Gibbs sampler for large releases: the counts integrated out of ``θ``'s update.
+
+Where a release pins many counts, NUTS on ``(θ, n)`` jointly fails (on 226,051 records, 319
+cells, Laplace ε = 1: R-hat 108, every draw at the maximum depth) and record swaps crawl. This
+path samples an approximation of the model of :mod:`.model` in which ``θ``'s update sees the
+release through a smooth, low-dimensional density:
+
+- the CGM of the tables is replaced by its normal relaxation
+  (:mod:`numpyro_dpgm.distributions.normal_cgm`): ``n = Nμ(θ) + L(θ) z`` with the CGM's exact
+  mean and covariance;
+- Laplace noise is a scale mixture, ``e_i ∣ v_i ∼ N(0, v_i)``, ``v_i ∼ Exp(1/(2b²))``
+  (Gaussian noise: ``v_i = σ²`` fixed, no ``v`` site);
+- so ``n`` integrates out: ``y ∣ θ, v ∼ N(Q Nμ, Q NΣ Qᵀ + diag v)``
+  (:mod:`.collapsed_gaussian`, (1)).
+
+The model (:class:`CollapsedModel`) has the sites ``phi_std`` (NUTS), ``v`` and ``xi`` (Gibbs
+blocks), the deterministic ``phi``, ``theta``, ``mu`` of the library's model, and ``n``,
+deterministic given ``xi``:
+
+.. math::
+
+    φ = φ_0 + s ⊙ w,\quad w \sim \mathcal N(−φ_0/s,\ (σ/s)^2), \qquad
+    ξ \sim \mathcal N(0, I), \qquad
+    n = Nμ(θ) + L(θ)\big(H^{-1}P^⊤V^{-1}(y − m) + R^{-⊤} ξ\big),                      \tag{1}
+
+the last being a draw of ``n`` from its exact conditional given ``(θ, v, y)``
+(:func:`~.collapsed_gaussian.conditional_coordinates`) whenever ``ξ`` is standard normal and
+independent of ``(θ, v)``. The prior on ``φ`` is the model's, exactly; ``φ₀`` (the released
+tables' conditional log odds, clipped) and ``s = min(√(1/n₀(cell) + 1/n₀(ref)), σ)`` (the log
+odds' standard error at the released counts ``n₀ = Nμ(θ₀)``) only precondition: without them
+warm-up ran at the maximum tree depth (the posterior scales of full and empty cells differ
+about 1000-fold).
+
+One MCMC step (:class:`CollapsedGibbs`, blocks of :class:`numpyro.infer.Gibbs`) leaves the
+joint posterior of ``(w, v, ξ)`` invariant, ``p(w, v | y) N(ξ; 0, I)``:
+
+1. ``ξ ∼ N(0, I)``, its exact conditional;
+2. ``v``: draw ``n* ∼ p(n | θ, v, y)`` with a key of its own, then ``1/v_i ∼
+   InverseGaussian(1/(b|y_i − (Qn*)_i|), 1/b²)``: two steps of data augmentation on
+   ``(n, v)`` given ``θ``, which leave ``p(v | θ, y)`` invariant;
+3. NUTS on ``w`` given ``v`` with ``n`` integrated out.
+
+So each stored draw's ``n`` (1) comes from ``p(n | θ, v, y)`` at the draw's own ``θ`` and ``v``:
+unlike the cycle ``n | θ, v → v | n → θ | v``, whose stored ``n`` belongs to the previous
+``θ``. :func:`run_collapsed` runs it; ``mcmc.get_samples()`` holds ``phi``, ``theta``, ``mu``
+and ``n`` as :func:`~.nuts.run_nuts` does, for :mod:`.checks` and ArviZ.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.infer import MCMC, NUTS, CustomGibbs, Gibbs
+
+from ...distributions.normal_cgm import logit_conditionals, normal_tables, tree_conditionals
+from ...inference import junction_tree as jt
+from .checks import convergence_figures, warn_convergence
+from .collapsed_gaussian import (
+    ReleaseNormal,
+    answer_moments,
+    conditional_coordinates,
+    noise_variances,
+)
+from .conditional import ConditionalCoding
+from .gibbs import ExactState
+from .initialization import init_to_interior
+from .model import OBSERVED, NoisyMarginalsModel
+from .nuts import NUTS_FIELDS, _chain_method
+
+__all__ = ["CollapsedGibbs", "CollapsedModel", "collapsed_kernel", "preconditioner",
+           "run_collapsed"]
+
+Array = Any
+
+#: Why :func:`run_collapsed` ran (``mcmc.path_reason``).
+PATH_REASON = ("collapsed Gibbs: the counts integrated out of θ's update under the normal "
+               "relaxation of the CGM (Laplace noise as a normal scale mixture)")
+
+
+def preconditioner(model: NoisyMarginalsModel) -> tuple[np.ndarray, np.ndarray]:
+    """``(φ₀, s)`` of (1): the centre and scale of ``φ = φ₀ + s ⊙ w``.
+
+    With the conditional coding, ``φ₀`` are the log odds of the released tables' conditionals
+    (negative counts clipped, half a count added: the normal relaxation's reference
+    conditionals) and ``s`` the standard error of a log odds at counts ``n₀ = Nμ(θ(φ₀))``,
+    ``√(1/n₀(cell) + 1/n₀(ref))``, capped at the prior's scale. Other codings: ``φ₀ = 0``,
+    ``s = 1``.
+    """
+    dim = model.coding.dim
+    scale_cap = np.broadcast_to(np.asarray(model.prior_scale, float), (dim,))
+    if not isinstance(model.coding, ConditionalCoding):
+        return np.zeros(dim), np.ones(dim)
+    net, const = model.latent_network, model._normal
+    log_cond = np.zeros(net.num_params)
+    for b in const.plan.blocks:
+        cells = net.offsets[net.clique_index(b.clique)] + b.to_rows
+        log_cond[cells] = np.log(const.reference[b.offset:b.offset + b.rows * b.cols])
+    coding = model.coding
+    phi0 = np.asarray(coding.log_odds(jnp.asarray(log_cond)))
+    counts = model.total_count * np.asarray(net.flatten(jt.marginals(net, coding.to_theta(phi0))))
+    se = np.sqrt(1.0 / counts[coding._beta_cell] + 1.0 / counts[coding._beta_ref])
+    return phi0, np.minimum(se, scale_cap)
+
+
+class CollapsedModel:
+    """The NumPyro model (1) of a release, for :class:`CollapsedGibbs`.
+
+    Parameters
+    ----------
+    model : NoisyMarginalsModel
+        ``θ`` inferred (a ``phi`` site), one release.
+
+    Sites
+    -----
+    ``phi_std`` : latent ``(dim,)``, standardised ``φ`` (NUTS); ``v`` : latent ``(answers,)``,
+    the noise variances (Laplace noise only); ``xi`` : latent ``(z cells,)``, standard normal;
+    ``phi``, ``theta``, ``mu``, ``n`` : deterministic, as in the library's model; ``y`` :
+    observed (``y=None``: ``n = Nμ + Lξ`` and ``y`` drawn given it).
+    """
+
+    def __init__(self, model: NoisyMarginalsModel):
+        if not isinstance(model, NoisyMarginalsModel):
+            raise TypeError(f"model must be a NoisyMarginalsModel, got {type(model).__name__}")
+        if model.theta is not None:
+            raise ValueError("the collapsed sampler infers θ; with θ fixed the tables' "
+                             "posterior is the exact path's (run_nuts(..., exact=True))")
+        self.base = model
+        self.plan = model._normal.plan
+        self.phi0, self.scale = preconditioner(model)
+        self.laplace = model.noise_family == "laplace"
+        self.coords = {**model.coords, "param": model.coding.labels,
+                       "z_cell": model._normal.labels}
+        self.dims = {**model.dims, "phi_std": ["param"], "xi": ["z_cell"], "phi": ["param"]}
+        if self.laplace:
+            self.dims["v"] = ["answer"]
+
+    @property
+    def noise_scales(self) -> Array:
+        """Per answer, the Laplace ``b`` or Gaussian ``σ``."""
+        return jnp.asarray(self.base.noise_scales)
+
+    def conditionals(self, phi: Array) -> list:
+        """The normal relaxation's ``(μ_S, p(r | s))`` per junction-tree block at ``φ``."""
+        base = self.base
+        if isinstance(base.coding, ConditionalCoding):
+            return logit_conditionals(self.plan, base.coding.block_logits(phi))
+        theta = base.coding.to_theta(phi)
+        return tree_conditionals(self.plan, base.latent_theta(theta), base.normalized)
+
+    def moments(self, phi: Array) -> tuple[Any, Array, Array]:
+        """``(tables, m, P)``: ``z ↦ n`` at ``φ`` and the answers' mean and factor."""
+        conds = self._conditionals(phi)
+        return (functools.partial(self._tables, conds), *self._answer_moments(conds))
+
+    @functools.cached_property
+    def _conditionals(self) -> Any:
+        # jitted: outside a jit (a Gibbs kernel's init) one program instead of op by op
+        return jax.jit(self.conditionals)
+
+    @functools.cached_property
+    def _tables(self) -> Any:
+        total = float(self.base.total_count)
+        return jax.jit(lambda conds, z: normal_tables(self.plan, conds, total, z))
+
+    @functools.cached_property
+    def _answer_moments(self) -> Any:
+        def fn(conds: list) -> tuple[Array, Array]:
+            return answer_moments(functools.partial(self._tables, conds), self.base.predict,
+                                  self.plan.dim)
+
+        return jax.jit(fn)
+
+    def phi(self, phi_std: Array) -> Array:
+        """``φ = φ₀ + s ⊙ w``."""
+        return jnp.asarray(self.phi0) + jnp.asarray(self.scale) * phi_std
+
+    def __call__(self, y: Any = OBSERVED) -> None:
+        base = self.base
+        obs = jnp.asarray(base.y) if y is OBSERVED else None if y is None else jnp.asarray(y)
+        if obs is not None and obs.shape != base.y.shape:
+            raise ValueError(f"y has shape {obs.shape}; the collapsed model takes one release "
+                             f"{base.y.shape}")
+        prior = jnp.broadcast_to(jnp.asarray(base.prior_scale), (base.coding.dim,))
+        phi0, scale = jnp.asarray(self.phi0), jnp.asarray(self.scale)
+        w = numpyro.sample("phi_std", dist.Normal(-phi0 / scale, prior / scale).to_event(1))
+        phi = numpyro.deterministic("phi", self.phi(w))
+        theta = numpyro.deterministic("theta", base.coding.to_theta(phi))
+        if base.record_marginals:
+            net = base.network
+            numpyro.deterministic("mu", net.flatten(jt.marginals(net, theta)))
+        b = self.noise_scales
+        if self.laplace:
+            v = numpyro.sample("v", dist.Exponential(0.5 / b**2).to_event(1))
+        else:
+            v = b**2
+        xi = numpyro.sample("xi", dist.Normal(0.0, 1.0).expand([self.plan.dim]).to_event(1))
+        tables, loc, factor = self.moments(phi)
+        if obs is None:
+            n = numpyro.deterministic("n", tables(xi))
+            numpyro.sample("y", dist.Normal(base.predict(n), jnp.sqrt(v)).to_event(1))
+            return
+        z = conditional_coordinates(xi, obs - loc, factor, v)
+        numpyro.deterministic("n", tables(z))
+        numpyro.sample("y", ReleaseNormal(loc, factor, v), obs=obs)
+
+
+def _xi_update(dim: int) -> Any:
+    """Block 1: ``ξ ∼ N(0, I)``."""
+
+    def update(rng_key: Array, gibbs_sites: dict, hmc_sites: dict) -> dict:
+        xi = gibbs_sites["xi"]
+        return {"xi": jax.random.normal(rng_key, xi.shape, xi.dtype)}
+
+    return update
+
+
+def _v_update(model: CollapsedModel, y: Array) -> Any:
+    """Block 2: ``n* ∼ p(n | θ, v, y)``, then ``v ∼ p(v | n*, y)`` by (5) of
+    :mod:`.collapsed_gaussian`."""
+    y = jnp.asarray(y)
+
+    def update(rng_key: Array, gibbs_sites: dict, hmc_sites: dict) -> dict:
+        k_z, k_v = jax.random.split(rng_key)
+        v = gibbs_sites["v"]
+        _, loc, factor = model.moments(model.phi(hmc_sites["phi_std"]))
+        residual = y - loc
+        z = conditional_coordinates(k_z, residual, factor, v)
+        return {"v": noise_variances(k_v, residual - factor @ z, model.noise_scales)}
+
+    return update
+
+
+class CollapsedGibbs(Gibbs):
+    """:class:`numpyro.infer.Gibbs` of the blocks of (1): ``ξ``, ``v`` (Laplace noise only),
+    then NUTS on ``phi_std``; its state (:class:`~.gibbs.ExactState`) forwards NUTS's
+    statistics, so that ``extra_fields`` read as with plain NUTS.
+
+    Parameters
+    ----------
+    model : CollapsedModel
+    inner_kernel : NUTS
+        On ``model``.
+    y : array, optional
+        The answers the run conditions on (default the released values).
+    """
+
+    _state_cls = ExactState
+
+    def __init__(self, model: CollapsedModel, inner_kernel: NUTS, y: Array | None = None):
+        y = model.base.y if y is None else y
+        blocks = [(CustomGibbs(_xi_update(model.plan.dim)), ["xi"])]
+        if model.laplace:
+            blocks.append((CustomGibbs(_v_update(model, y)), ["v"]))
+        super().__init__(blocks + [(inner_kernel, None)])
+        self._max_tree_depth = getattr(inner_kernel, "_max_tree_depth", None)
+
+
+def collapsed_kernel(model: NoisyMarginalsModel | CollapsedModel, *, y: Array | None = None,
+                     **nuts_options: Any) -> CollapsedGibbs:
+    """The kernel of :func:`run_collapsed`; ``nuts_options`` go to
+    :class:`numpyro.infer.NUTS` (``init_strategy``, ``target_accept_prob``, ``dense_mass``,
+    ``max_tree_depth``)."""
+    model = model if isinstance(model, CollapsedModel) else CollapsedModel(model)
+    return CollapsedGibbs(model, NUTS(model, **nuts_options), y=y)
+
+
+def _start(model: CollapsedModel, init: Mapping[str, Array] | None) -> dict[str, Array]:
+    """The centre of ``phi_std``'s starting points: ``w = 0`` (``φ = φ₀``) or a given ``φ``."""
+    if init is None or "phi" not in init:
+        return {"phi_std": jnp.zeros(model.base.coding.dim)}
+    phi = np.asarray(init["phi"], float)
+    return {"phi_std": jnp.asarray((phi - model.phi0) / model.scale)}
+
+
+def run_collapsed(
+    model: NoisyMarginalsModel,
+    rng_key: jax.Array,
+    *,
+    num_warmup: int = 500,
+    num_samples: int = 500,
+    num_chains: int = 2,
+    init: Mapping[str, Array] | None = None,
+    radius: float = 0.5,
+    chain_method: str = "auto",
+    dense_mass: bool = False,
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 10,
+    progress_bar: bool = False,
+    check: bool = True,
+    y: Array | None = None,
+) -> MCMC:
+    """Posterior draws of ``model`` by the collapsed Gibbs sampler (module notes).
+
+    Tested against the exact path on a 12-cell release (posterior means of ``μ`` within Monte
+    Carlo error). Not yet fast at real sizes: on a 321-cell release of 226,051 records one
+    value and gradient of the collapsed density took 584 ms (``python -m benchmarks collapsed
+    --gradient``, ``benchmarks/results/collapsed-cpu.json``, load 5.3) where a dense Cholesky
+    of that size and its gradient take about 10 ms: the cost is in forming the answers'
+    factor by linearising the normal relaxation, not in the linear algebra. So
+    :func:`~.nuts.run_nuts` does not take this path by itself.
+
+    Parameters
+    ----------
+    model : NoisyMarginalsModel
+        ``θ`` inferred; one release (Laplace or Gaussian noise).
+    rng_key : JAX PRNG key
+    num_warmup, num_samples, num_chains : int
+    init : mapping, optional
+        A starting ``φ`` (key ``"phi"``, e.g. from
+        :func:`numpyro_dpgm.estimation.cgm_em.em_start`); default ``φ₀`` of
+        :func:`preconditioner`. Each chain starts within ``radius`` of it in ``phi_std``.
+    radius : float
+    chain_method : {"auto", "sequential", "parallel"}
+        As :func:`~.nuts.run_nuts` (``"vectorized"`` runs sequentially: a Gibbs kernel takes
+        one key at a time).
+    dense_mass, target_accept_prob, max_tree_depth :
+        NUTS options.
+    progress_bar : bool
+    check : bool
+        Set ``mcmc.convergence`` (:func:`~.checks.convergence_figures` over ``phi``) and warn
+        (:class:`~.checks.ConvergenceWarning`) when the run has not converged.
+    y : array, optional
+        The answers to condition on (default the released values).
+
+    Returns
+    -------
+    numpyro.infer.MCMC
+        After ``run``: ``get_samples()`` holds ``phi``, ``theta``, ``mu``, ``n`` (and
+        ``phi_std``, ``xi``, ``v``), ``get_extra_fields()`` ``diverging`` and NUTS's
+        :data:`~.nuts.NUTS_FIELDS`. Set on it: ``path = "collapsed"``, ``path_reason``,
+        ``model`` (the :class:`CollapsedModel`).
+    """
+    collapsed = CollapsedModel(model)
+    method = _chain_method(chain_method, num_chains)
+    method = "sequential" if method == "vectorized" else method
+    kernel = collapsed_kernel(
+        collapsed, y=y, init_strategy=init_to_interior(values=_start(collapsed, init),
+                                                       radius=radius),
+        target_accept_prob=target_accept_prob, dense_mass=dense_mass,
+        max_tree_depth=max_tree_depth)
+    init_params = None
+    if collapsed.laplace:  # v at its prior mean 2b²
+        v0 = 2.0 * jnp.asarray(model.noise_scales) ** 2
+        init_params = {"v": v0 if num_chains == 1 else jnp.broadcast_to(v0, (num_chains,)
+                                                                          + v0.shape)}
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                chain_method=method, progress_bar=progress_bar)
+    kwargs = {} if y is None else {"y": jnp.asarray(y)}
+    mcmc.run(rng_key, extra_fields=("diverging",) + NUTS_FIELDS, init_params=init_params,
+             **kwargs)
+    mcmc.path, mcmc.path_reason, mcmc.model, mcmc.batches = (
+        "collapsed", PATH_REASON, collapsed, 0)
+    if check:
+        extra = mcmc.get_extra_fields(group_by_chain=True)
+        mcmc.convergence = convergence_figures(
+            mcmc.get_samples(group_by_chain=True), ["phi"], extra.get("num_steps"),
+            max_tree_depth, extra.get("diverging"))
+        warn_convergence(mcmc.convergence, "collapsed", stacklevel=2)
+    return mcmc
