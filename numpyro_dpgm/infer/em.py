@@ -148,14 +148,15 @@ class EM:
     init : {"noisy", "param"}
         Start of the CGM's ``theta`` when it is a ``numpyro.param`` site itself. ``"noisy"``
         (default): the clipped noisy tables made consistent by naive MLE's fit (its default L2
-        rule; CGM-EM's start) of the whole clique tables that the model's
-        noise sites release, where every clique of the network has one (the library's four noise distributions with ``loc`` reading
-        ``n`` cell by cell: ``n``, a slice or permutation of it, plus a constant; other
-        observations count in the E-steps, not in the start). The param's own initial value
-        is then only its shape. ``"param"``: the param's initial value (the uniform model for
-        ``jnp.zeros``). A ``theta`` in ``run(init_params=...)`` is always kept. Where no
-        noisy start applies (``theta`` computed from other params, no whole table released)
-        the params' initial values are used; :attr:`EMResult.init` says which start ran.
+        rule; CGM-EM's start) of the whole clique tables that the model's noise sites release,
+        where every clique of the network has one (the library's four noise distributions
+        with ``loc`` reading ``n`` cell by cell: ``n``, a slice or permutation of it, plus a
+        constant; other observations count in the E-steps, not in the start). The param's own
+        initial value is then only its shape. ``"param"``: the param's initial value (the
+        uniform model for ``jnp.zeros``). A ``theta`` in ``run(init_params=...)`` is always
+        kept. Where no noisy start applies (``theta`` computed from other params, no whole
+        table released) the params' initial values are used; :attr:`EMResult.init` says which
+        start ran.
     max_iters : int, optional
         Most EM iterations; default :data:`DEFAULT_MAX_ITERS` (1,000 with the NLBP E-step, a
         bound that runs to ``tol``; 10 with the sampling E-steps).
