@@ -16,13 +16,14 @@ the exact path of :func:`~.nuts.run_nuts` does not.
 >>> net = MarkovNetwork({"a": 2}, [("a",)])
 >>> def model():
 ...     numpyro.sample("n", CollectiveGraphicalModel(net, jax.numpy.zeros(2), 10))
->>> tr = handlers.trace(handlers.seed(relax(model), 0)).get_trace()
->>> tr["n"]["fn"].relaxed
+>>> site = handlers.trace(handlers.seed(relax(model), 0)).get_trace()["n"]
+>>> site["fn"].relaxed
 True
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpyro.distributions as dist
@@ -58,9 +59,12 @@ class relax(Messenger):
 
     Parameters
     ----------
-    fn : callable
-        A NumPyro model.
+    fn : callable, optional
+        A NumPyro model (or use ``relax()`` as a context manager).
     """
+
+    def __init__(self, fn: Callable | None = None):
+        super().__init__(fn)
 
     def process_message(self, msg: dict) -> None:
         if msg["type"] == "sample" and not msg["is_observed"] and _has_cgm(msg["fn"]):
