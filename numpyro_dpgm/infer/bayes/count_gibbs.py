@@ -21,10 +21,12 @@ The swap of record ``x`` for a proposal ``x' ∼ p_θ`` (``θ`` read from the CG
 current values of every other site) is accepted with probability
 ``min(1, p(y | n') / p(y | n))`` over the answers the move changes: the columns of the linear
 map ``loc = J n + c`` at the (one per clique) cells the record leaves and enters, summed per
-answer. The tables of a plate of regions (a batch of CGM tables) and several CGM sites are
-moved in sequence with one running vector of answers, so a release that reads several tables
-(a national total over regional tables, two releases of one table) is exact too. The records
-are dealt from the tables once, at ``init``, and kept in the state (:class:`RecordMovesState`).
+answer. Several CGM sites, and the tables of a plate of regions (a batch of CGM tables) that
+share an answer, are moved in sequence with one running vector of answers, so a release that
+reads several tables (a national total over regional tables, two releases of one table) is
+exact too; sets of tables that share no answer (independent regions, a batch of releases) move
+in parallel. The records are dealt from the tables once, at ``init``, and kept in the state
+(:class:`RecordMovesState`).
 """
 
 from __future__ import annotations
