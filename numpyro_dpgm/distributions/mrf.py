@@ -103,7 +103,7 @@ class MarkovRandomField(Distribution):
         pass the MarkovNetwork itself.
         """
         if not isinstance(network, MarkovNetwork):
-            raise NotImplementedError(
+            raise TypeError(
                 "MarkovRandomField's event shape is the number of the network's attributes: "
                 "infer_shapes needs the MarkovNetwork itself")
         return tuple(theta)[:-1], (len(network.domain),)
