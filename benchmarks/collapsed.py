@@ -10,16 +10,15 @@ education-num`` (three 2-way cliques, 321 cells, joint 12,960 cells;
 by :func:`~numpyro_dpgm.infer.bayes.noisy_marginals_model` with its defaults (conditional
 coding, N(0, 3²) prior).
 
-Per run of :func:`~numpyro_dpgm.infer.bayes.collapsed.run_collapsed` (``--chains`` chains one
-after the other, or ``--chain-method parallel``; ``--warmup`` + ``--draws`` each): the wall time
-of a run of 2 + 2 steps per chain (compilation: one after the other, every chain compiles its
-own program) and of the full run, the run without
-compilation (their difference), the worst rank-normalised split R-hat and smallest bulk ESS of
-``μ``, ``θ`` (cells of the non-empty released rows and all) and ``n``, leapfrog steps per draw,
-maximum-depth hits, divergences, the coverage of the true counts by ``n``'s central 90 %
-intervals, and the load average before and after. ``--gradient`` also times one value and
-gradient of the collapsed log likelihood (hand-written gradient against JAX's own through the
-Cholesky factor).
+Per run of :func:`~numpyro_dpgm.infer.bayes.nuts.run_nuts` on its collapsed path (``--chains``
+chains one after the other, or ``--chain-method parallel``; ``--warmup`` + ``--draws`` each): the
+wall time of a run of 2 + 2 steps per chain (compilation: one after the other, every chain compiles
+its own program) and of the full run, the run without compilation (their difference), the worst
+rank-normalised split R-hat and smallest bulk ESS of ``μ``, ``θ`` (cells of the non-empty released
+rows and all) and ``n``, leapfrog steps per draw, maximum-depth hits, divergences, the coverage of
+the true counts by ``n``'s central 90 % intervals, and the load average before and after.
+``--gradient`` also times one value and gradient of the collapsed log likelihood (hand-written
+gradient against JAX's own through the Cholesky factor).
 
 Run ``python -m benchmarks collapsed [--records 226051] [--eps 1] [--chains 2] [--warmup 300]
 [--draws 300]``; writes ``collapsed-cpu.json`` (``--tag``) under ``--out``.
@@ -120,16 +119,16 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     """Compile-only run, full run, and the run's figures."""
     import jax
 
-    from numpyro_dpgm.infer.bayes.collapsed import run_collapsed
+    from numpyro_dpgm.infer.bayes import run_nuts
 
     options = dict(num_chains=args.chains, dense_mass=args.dense_mass, check=False,
-                   chain_method=args.chain_method)
+                   chain_method=args.chain_method, collapsed=True)
     row: dict[str, Any] = {"load_before": load_average()}
     keys = ("first_call_s", "compile_s")[2 - args.compile_runs:]
     for key in keys:  # a first call also pays the process's first traces
         start, cpu = time.perf_counter(), time.process_time()
-        jax.block_until_ready(run_collapsed(model, jax.random.key(args.seed), num_warmup=2,
-                                            num_samples=2, **options).get_samples())
+        jax.block_until_ready(run_nuts(model, jax.random.key(args.seed), num_warmup=2,
+                                       num_samples=2, **options).get_samples())
         row[key], row[f"{key[:-2]}_cpu_s"] = (time.perf_counter() - start,
                                               time.process_time() - cpu)
         print(f"{key}: {row[key]:.1f} s, load {load_average()}", file=sys.stderr, flush=True)
@@ -137,8 +136,8 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     start, cpu = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mcmc = run_collapsed(model, jax.random.key(args.seed + 1), num_warmup=args.warmup,
-                             num_samples=args.draws, **options)
+        mcmc = run_nuts(model, jax.random.key(args.seed + 1), num_warmup=args.warmup,
+                        num_samples=args.draws, **options)
         grouped = mcmc.get_samples(group_by_chain=True)
         jax.block_until_ready(grouped)
     row["wall_s"], row["cpu_s"] = time.perf_counter() - start, time.process_time() - cpu

@@ -108,7 +108,9 @@ case "$cmd" in
   demo)  ensure_venv dev; exec "$venv/bin/dpgm" demo "$@" ;;
   test)  ensure_venv dev
          [ $# -eq 0 ] && set -- tests notebooks   # the suite and the executed notebooks
-         exec "$venv/bin/python" -m pytest -n "${DPGM_TEST_WORKERS:-2}" --nbmake "$@" ;;
+         # --durations: where CI's time goes, printed at the end of every run
+         exec "$venv/bin/python" -m pytest -n "${DPGM_TEST_WORKERS:-2}" --nbmake \
+           --durations=25 --durations-min=5 "$@" ;;
   bench) ensure_venv dev,bench; exec "$venv/bin/python" -m benchmarks "$@" ;;
   docs)  ensure_venv dev; exec "$venv/bin/mkdocs" build --strict --site-dir site "$@" ;;
   lint)  ensure_venv dev; exec "$venv/bin/ruff" check numpyro_dpgm tests benchmarks scripts ;;

@@ -20,9 +20,10 @@ from ._progress import _mcmc_progress, _progress
 ESTIMATOR_NAMES = ("naive", "cgm-em", "variational-em", "mcem", "prox-pgm", "posterior-mean")
 METHODS = (*ESTIMATOR_NAMES, "nuts")
 
-#: ``--path`` of ``--method nuts``: ``run_nuts``'s ``exact`` argument (``normal``: the relaxed
-#: path on the normal relaxation, ``relaxation="normal"``).
-NUTS_PATHS = {"auto": None, "exact": True, "relaxed": False, "normal": False}
+#: ``--path`` of ``--method nuts``: ``run_nuts``'s ``exact`` and ``collapsed`` arguments
+#: (``normal``: the relaxed path on the normal relaxation, ``relaxation="normal"``).
+NUTS_PATHS = {"auto": (None, None), "exact": (True, False), "relaxed": (False, False),
+              "normal": (False, False), "collapsed": (None, True)}
 
 
 #: The values of the nuts-only options when not given (they are refused with other methods).
@@ -76,11 +77,13 @@ def fit(
     path: Annotated[str | None, typer.Option(
         help="nuts only: exact (an exact Gibbs update of the latent count tables inside NUTS), "
              "relaxed (the continuous relaxation of the counts), normal (the normal relaxation: "
-             "the counts' mean and covariance, no mass moved into near-empty cells), or auto "
-             "(exact where the "
-             "relaxation would leak over 1 % of the records into near-empty cells, or where "
-             "the release pins the counts: the noise's share of the median released count "
-             "below 7.5 %; the default)")] = None,
+             "the counts' mean and covariance, no mass moved into near-empty cells), collapsed "
+             "(the normal relaxation's counts integrated out of the parameters' update: mixes "
+             "on large releases), or auto (the default: collapsed on a release of 150 to 1,200 "
+             "coordinates with at least 10 records per cell of its largest table; else exact "
+             "where the relaxation would leak over 1 % of the records into near-empty cells, "
+             "or where the release pins the counts: the noise's share of the median released "
+             "count below 7.5 %)")] = None,
     coding: Annotated[str, typer.Option(
         help="nuts only: the parameters the Normal prior sits on: reference (log-linear log "
              "odds against each attribute's level 0) or conditional (log odds of the junction "
@@ -275,7 +278,8 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
                                   relaxation="normal" if path == "normal" else "lgamma")
     start = em_start(bayes)
     # the path is chosen here, so that progress says which one runs from its first line
-    chosen, reason = choose_path(bayes, NUTS_PATHS[path], bayes.starting_point(start))
+    exact, collapsed = NUTS_PATHS[path]
+    chosen, reason = choose_path(bayes, exact, bayes.starting_point(start), collapsed)
     err_console.print(f"NUTS path: {chosen} ({reason})", highlight=False, soft_wrap=True)
     if chosen == "normal":
         bayes = bayes.with_relaxation("normal")
@@ -286,7 +290,8 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
                         num_chains=chains, init=start, progress_bar=bar,
                         target_accept_prob=target_accept,
-                        exact=chosen == "exact", time_limit=_left(time_limit, started),
+                        exact=chosen == "exact", collapsed=chosen == "collapsed",
+                        time_limit=_left(time_limit, started),
                         callback=_batch_line, warmup_callback=_warmup_lines())
     figures = mcmc.convergence
     models = posterior_models(mcmc, network)
@@ -300,7 +305,8 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
                "time_limit": time_limit, "batches": mcmc.batches,
                "chain_method": mcmc.chain_method,
                "coding": bayes.coding.name, "path": mcmc.path, "path_reason": reason,
-               "relaxation": mcmc.model.relaxation if mcmc.path != "exact" else None,
+               "relaxation": {"exact": None, "collapsed": "normal"}.get(
+                   mcmc.path, getattr(mcmc.model, "relaxation", None)),
                "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,
                "max_depth_hits": figures.max_depth_hits, "divergences": figures.divergences}
     return models, options

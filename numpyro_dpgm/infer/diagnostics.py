@@ -226,7 +226,7 @@ def to_inference_data(
         :func:`~numpyro_dpgm.infer.bayes.run_nuts`), ``observed_data`` and the requested
         groups. A batch of releases adds the dim ``release``. A run of
         :func:`~numpyro_dpgm.infer.bayes.run_nuts` records its path (``"exact"``,
-        ``"relaxed"`` or ``"normal"``) in ``tree["posterior"].attrs["cgm_path"]``.
+        ``"relaxed"``, ``"normal"`` or ``"collapsed"``) in ``tree["posterior"].attrs["cgm_path"]``.
     """
     rng_key = jax.random.key(0) if rng_key is None else rng_key
     k_pred, k_prior = jax.random.split(rng_key)
@@ -293,8 +293,9 @@ def to_inference_data(
 
 
 def _with_path(tree: Any, posterior: Any) -> Any:
-    """``tree`` with run_nuts's path (``"exact"``: record moves within Gibbs, ``"relaxed"``
-    or ``"normal"``) in ``tree["posterior"].attrs["cgm_path"]``, where the run has one."""
+    """``tree`` with run_nuts's path (``"exact"``: record moves within Gibbs, ``"relaxed"``,
+    ``"normal"`` or ``"collapsed"``) in ``tree["posterior"].attrs["cgm_path"]``, where the
+    run has one."""
     path = getattr(posterior, "path", None)
     if path is not None:
         tree["posterior"].attrs["cgm_path"] = path

@@ -29,13 +29,15 @@ from scipy import stats
 
 from numpyro_dpgm import MarkovNetwork
 from numpyro_dpgm.infer.bayes import noisy_marginals_model, run_nuts
-from numpyro_dpgm.infer.bayes.collapsed import CollapsedModel, run_collapsed
+from numpyro_dpgm.infer.bayes.collapsed import CollapsedModel
 from numpyro_dpgm.infer.bayes.collapsed_gaussian import (
     conditional_coordinates,
     inverse_gaussian,
     log_likelihood,
     noise_variances,
 )
+from numpyro_dpgm.infer.bayes.nuts import choose_path, collapsed_fit
+from numpyro_dpgm.infer.diagnostics import to_inference_data
 from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
 
@@ -248,8 +250,8 @@ def test_posterior_mu_matches_exact_path():
     """Each cell's posterior mean of μ within four combined Monte Carlo standard errors plus
     :data:`BIAS` of the exact path's (MC standard errors from the bulk ESS of each run)."""
     model = noisy_marginals_model(NET, release(), TOTAL)
-    mcmc = run_collapsed(model, jax.random.key(2), num_warmup=300, num_samples=1500,
-                         num_chains=1, check=False)
+    mcmc = run_nuts(model, jax.random.key(2), collapsed=True, num_warmup=300,
+                    num_samples=1500, num_chains=1, check=False)
     samples = mcmc.get_samples()
     assert {"phi", "theta", "mu", "n", "v"} <= set(samples)
     assert mcmc.path == "collapsed" and mcmc.path_reason
@@ -273,3 +275,61 @@ def test_exact_reference():
     ref_se = np.asarray(EXACT_MU["sd"]) / np.sqrt(np.asarray(EXACT_MU["ess"]))
     assert np.all(np.abs(mean - np.asarray(EXACT_MU["mean"]))
                   <= 4 * np.sqrt(se**2 + ref_se**2))
+
+
+def large_release(total: int, values: int = 12) -> tuple[MarkovNetwork, list[Measurement]]:
+    """A chain ``a – b – c`` of ``values`` levels each (``2 values²`` coordinates), its two
+    tables of ``total`` uniform records released with Laplace noise (b = 3)."""
+    net = MarkovNetwork({"a": values, "b": values, "c": values}, [("a", "b"), ("b", "c")])
+    table = np.full((values, values), total / values**2)
+    rng = np.random.default_rng(1)
+    return net, [Measurement(c, table + rng.laplace(0, 3, table.shape), Laplace(3.0))
+                 for c in net.cliques]
+
+
+def test_choose_path_collapsed_by_rule():
+    """The collapsed path by default on a large release of many records per cell, and not on
+    a small release, a sparse one, a fixed θ or a batch of releases; ``collapsed=True`` says
+    why it cannot run; ``exact`` and ``collapsed=False`` are obeyed."""
+    net, ms = large_release(100_000)
+    model = noisy_marginals_model(net, ms, 100_000)
+    start = model.starting_point("uniform")
+    path, reason = choose_path(model, None, start)
+    assert path == "collapsed" and "288 coordinates" in reason
+    assert choose_path(model, True, start)[0] == "exact"
+    assert choose_path(model, None, start, collapsed=False)[0] != "collapsed"
+    assert choose_path(model, None, start, one_release=False)[0] != "collapsed"
+    with pytest.raises(ValueError, match="batch of releases"):
+        choose_path(model, None, start, collapsed=True, one_release=False)
+    sparse = noisy_marginals_model(net, ms, 1_000)  # 6.9 records per cell of a table
+    assert choose_path(sparse, None, start)[0] != "collapsed"
+    assert "records per cell" in collapsed_fit(sparse)
+    assert choose_path(sparse, None, start, collapsed=True)[0] == "collapsed"
+    fixed = noisy_marginals_model(net, ms, 100_000, theta=np.zeros(net.num_params))
+    with pytest.raises(ValueError, match="θ is fixed"):
+        choose_path(fixed, None, {}, collapsed=True)
+    small = noisy_marginals_model(NET, release(), TOTAL)
+    assert "coordinates" in collapsed_fit(small)
+
+
+def test_run_nuts_collapsed_by_default():
+    """``run_nuts`` with its defaults on a large release: the collapsed path, its sites and
+    statistics, ``n`` summing to ``N`` per table and near the released counts."""
+    net, ms = large_release(100_000, values=11)
+    model = noisy_marginals_model(net, ms, 100_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc = run_nuts(model, jax.random.key(0), num_warmup=20, num_samples=20, num_chains=1)
+    assert mcmc.path == "collapsed" and "large" in mcmc.path_reason
+    samples = mcmc.get_samples()
+    assert {"phi", "theta", "mu", "n", "v", "xi", "phi_std"} <= set(samples)
+    assert set(mcmc.get_extra_fields()) >= {"diverging", "num_steps"}
+    n = np.asarray(samples["n"])
+    assert np.allclose(n.sum(-1), 2 * 100_000)
+    y = np.concatenate([np.ravel(m.values) for m in ms])
+    assert np.median(np.abs(n.mean(0) - y)) < 10  # noise b = 3: mostly within a few counts
+    assert mcmc.convergence is not None
+    tree = to_inference_data(mcmc, model, log_likelihood=True)
+    assert tree["posterior"].attrs["cgm_path"] == "collapsed"
+    assert tree["posterior_predictive"]["y"].shape == (1, 20, y.size)
+    assert tree["posterior"]["n"].dims[-1] == "cell"

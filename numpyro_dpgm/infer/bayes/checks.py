@@ -193,7 +193,8 @@ def _remedy(path: str) -> str:
                 "(exact=False on a model built with relaxation='lgamma') or the exact one "
                 "(exact=True)")
     if path == "collapsed":
-        return ("run more warm-up and draws, or compare the exact path (run_nuts(..., "
+        return ("run more warm-up and draws, start from the NLBP-EM estimate "
+                "(init=em_start(model)), or compare the exact path (run_nuts(..., "
                 "exact=True)), whose posterior the collapsed sampler approximates")
     return ("run more draws and warm-up (the exact path mixes slowly where the noise "
             "swamps a cell's count), more record swaps per step (gibbs_moves=, up to N), "

@@ -42,14 +42,14 @@ joint posterior of ``(w, v, ξ)`` invariant, ``p(w, v | y) N(ξ; 0, I)``:
 
 So each stored draw's ``n`` (1) comes from ``p(n | θ, v, y)`` at the draw's own ``θ`` and ``v``:
 unlike the cycle ``n | θ, v → v | n → θ | v``, whose stored ``n`` belongs to the previous
-``θ``. :func:`run_collapsed` runs it; ``mcmc.get_samples()`` holds ``phi``, ``theta``, ``mu``
+``θ``. :func:`~.nuts.run_nuts` runs it (``collapsed=True``, or by default on large
+releases: :func:`~.nuts.choose_path`); ``mcmc.get_samples()`` holds ``phi``, ``theta``, ``mu``
 and ``n`` as :func:`~.nuts.run_nuts` does, for :mod:`.checks` and ArviZ.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -57,11 +57,10 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from numpyro.infer import MCMC, NUTS, CustomGibbs, Gibbs
+from numpyro.infer import NUTS, CustomGibbs, Gibbs
 
 from ...distributions.normal_cgm import logit_conditionals, normal_tables, tree_conditionals
 from ...inference import junction_tree as jt
-from .checks import convergence_figures, warn_convergence
 from .collapsed_gaussian import (
     ReleaseNormal,
     answer_moments,
@@ -70,16 +69,14 @@ from .collapsed_gaussian import (
 )
 from .conditional import ConditionalCoding
 from .gibbs import ExactState
-from .initialization import init_to_interior
 from .model import OBSERVED, NoisyMarginalsModel
-from .nuts import NUTS_FIELDS, _chain_method
 
-__all__ = ["CollapsedGibbs", "CollapsedModel", "collapsed_kernel", "preconditioner",
-           "run_collapsed"]
+__all__ = ["PATH_REASON", "CollapsedGibbs", "CollapsedModel", "collapsed_kernel",
+           "collapsed_start", "preconditioner"]
 
 Array = Any
 
-#: Why :func:`run_collapsed` ran (``mcmc.path_reason``).
+#: What the collapsed path is (the start of ``mcmc.path_reason``).
 PATH_REASON = ("collapsed Gibbs: the counts integrated out of θ's update under the normal "
                "relaxation of the CGM (Laplace noise as a normal scale mixture)")
 
@@ -264,103 +261,22 @@ class CollapsedGibbs(Gibbs):
 
 def collapsed_kernel(model: NoisyMarginalsModel | CollapsedModel, *, y: Array | None = None,
                      **nuts_options: Any) -> CollapsedGibbs:
-    """The kernel of :func:`run_collapsed`; ``nuts_options`` go to
+    """The kernel of the collapsed path of :func:`~.nuts.run_nuts`; ``nuts_options`` go to
     :class:`numpyro.infer.NUTS` (``init_strategy``, ``target_accept_prob``, ``dense_mass``,
     ``max_tree_depth``)."""
     model = model if isinstance(model, CollapsedModel) else CollapsedModel(model)
     return CollapsedGibbs(model, NUTS(model, **nuts_options), y=y)
 
 
-def _start(model: CollapsedModel, init: Mapping[str, Array] | None) -> dict[str, Array]:
-    """The centre of ``phi_std``'s starting points: ``w = 0`` (``φ = φ₀``) or a given ``φ``."""
-    if init is None or "phi" not in init:
-        return {"phi_std": jnp.zeros(model.base.coding.dim)}
-    phi = np.asarray(init["phi"], float)
-    return {"phi_std": jnp.asarray((phi - model.phi0) / model.scale)}
-
-
-def run_collapsed(
-    model: NoisyMarginalsModel,
-    rng_key: jax.Array,
-    *,
-    num_warmup: int = 500,
-    num_samples: int = 500,
-    num_chains: int = 2,
-    init: Mapping[str, Array] | None = None,
-    radius: float = 0.5,
-    chain_method: str = "auto",
-    dense_mass: bool = False,
-    target_accept_prob: float = 0.8,
-    max_tree_depth: int = 10,
-    progress_bar: bool = False,
-    check: bool = True,
-    y: Array | None = None,
-) -> MCMC:
-    """Posterior draws of ``model`` by the collapsed Gibbs sampler (module notes).
-
-    Tested against the exact path on a 12-cell release (posterior means of ``μ`` within Monte
-    Carlo error). Not yet fast at real sizes: on a 321-cell release of 226,051 records one
-    value and gradient of the collapsed density took 584 ms (``python -m benchmarks collapsed
-    --gradient``, ``benchmarks/results/collapsed-cpu.json``, load 5.3) where a dense Cholesky
-    of that size and its gradient take about 10 ms: the cost is in forming the answers'
-    factor by linearising the normal relaxation, not in the linear algebra. So
-    :func:`~.nuts.run_nuts` does not take this path by itself.
-
-    Parameters
-    ----------
-    model : NoisyMarginalsModel
-        ``θ`` inferred; one release (Laplace or Gaussian noise).
-    rng_key : JAX PRNG key
-    num_warmup, num_samples, num_chains : int
-    init : mapping, optional
-        A starting ``φ`` (key ``"phi"``, e.g. from
-        :func:`numpyro_dpgm.estimation.cgm_em.em_start`); default ``φ₀`` of
-        :func:`preconditioner`. Each chain starts within ``radius`` of it in ``phi_std``.
-    radius : float
-    chain_method : {"auto", "sequential", "parallel"}
-        As :func:`~.nuts.run_nuts` (``"vectorized"`` runs sequentially: a Gibbs kernel takes
-        one key at a time).
-    dense_mass, target_accept_prob, max_tree_depth :
-        NUTS options.
-    progress_bar : bool
-    check : bool
-        Set ``mcmc.convergence`` (:func:`~.checks.convergence_figures` over ``phi``) and warn
-        (:class:`~.checks.ConvergenceWarning`) when the run has not converged.
-    y : array, optional
-        The answers to condition on (default the released values).
-
-    Returns
-    -------
-    numpyro.infer.MCMC
-        After ``run``: ``get_samples()`` holds ``phi``, ``theta``, ``mu``, ``n`` (and
-        ``phi_std``, ``xi``, ``v``), ``get_extra_fields()`` ``diverging`` and NUTS's
-        :data:`~.nuts.NUTS_FIELDS`. Set on it: ``path = "collapsed"``, ``path_reason``,
-        ``model`` (the :class:`CollapsedModel`).
-    """
-    collapsed = CollapsedModel(model)
-    method = _chain_method(chain_method, num_chains)
-    method = "sequential" if method == "vectorized" else method
-    kernel = collapsed_kernel(
-        collapsed, y=y, init_strategy=init_to_interior(values=_start(collapsed, init),
-                                                       radius=radius),
-        target_accept_prob=target_accept_prob, dense_mass=dense_mass,
-        max_tree_depth=max_tree_depth)
-    init_params = None
-    if collapsed.laplace:  # v at its prior mean 2b²
-        v0 = 2.0 * jnp.asarray(model.noise_scales) ** 2
-        init_params = {"v": v0 if num_chains == 1 else jnp.broadcast_to(v0, (num_chains,)
-                                                                          + v0.shape)}
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                chain_method=method, progress_bar=progress_bar)
-    kwargs = {} if y is None else {"y": jnp.asarray(y)}
-    mcmc.run(rng_key, extra_fields=("diverging",) + NUTS_FIELDS, init_params=init_params,
-             **kwargs)
-    mcmc.path, mcmc.path_reason, mcmc.model, mcmc.batches = (
-        "collapsed", PATH_REASON, collapsed, 0)
-    if check:
-        extra = mcmc.get_extra_fields(group_by_chain=True)
-        mcmc.convergence = convergence_figures(
-            mcmc.get_samples(group_by_chain=True), ["phi"], extra.get("num_steps"),
-            max_tree_depth, extra.get("diverging"))
-        warn_convergence(mcmc.convergence, "collapsed", stacklevel=2)
-    return mcmc
+def collapsed_start(model: CollapsedModel, phi: Array | None, num_chains: int,
+                    ) -> tuple[dict[str, Array], dict[str, Array] | None]:
+    """Where the chains start: the centre of ``phi_std``'s starting points (``w = 0``, i.e.
+    ``φ = φ₀`` of :func:`preconditioner`, or a given ``φ`` such as the NLBP-EM estimate) and
+    the initial ``v`` (Laplace noise: its prior mean ``2b²`` per answer, one row per chain)."""
+    centre = (jnp.zeros(model.base.coding.dim) if phi is None
+              else jnp.asarray((np.asarray(phi, float) - model.phi0) / model.scale))
+    if not model.laplace:
+        return {"phi_std": centre}, None
+    v0 = 2.0 * model.noise_scales ** 2
+    return {"phi_std": centre}, {"v": v0 if num_chains == 1
+                                 else jnp.broadcast_to(v0, (num_chains,) + v0.shape)}

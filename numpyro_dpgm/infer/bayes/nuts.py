@@ -1,6 +1,7 @@
-"""NUTS on a model of noisy marginals: relaxed CGM tables, or exact tables moved by record swaps.
+"""NUTS on a model of noisy marginals: relaxed CGM tables, exact tables moved by record swaps, or
+the tables integrated out.
 
-Two paths sample the posterior of a :class:`~.model.NoisyMarginalsModel`:
+Three paths sample the posterior of a :class:`~.model.NoisyMarginalsModel`:
 
 - **relaxed**: NUTS on ``φ`` and the relaxed tables ``n`` together (the relaxed CGM density on
   ``N·M``); fast where every cell expects several records, biased where cells are near-empty
@@ -9,9 +10,14 @@ Two paths sample the posterior of a :class:`~.model.NoisyMarginalsModel`:
   ``1/√(Nμ)``;
 - **exact**: the model with the exact CGM pmf on integer tables, sampled by
   :class:`numpyro.infer.HMCGibbs`: NUTS on ``φ`` given ``n`` and exact record swaps on ``n``
-  given ``φ`` (:mod:`.gibbs`, :mod:`.records`).
+  given ``φ`` (:mod:`.gibbs`, :mod:`.records`);
+- **collapsed**: the normal relaxation's tables integrated out of ``θ``'s update, Laplace
+  noise as a normal scale mixture (:mod:`.collapsed`): NUTS on ``φ`` alone, whose target is
+  smooth where every released value puts a kink into the joint of ``(φ, n)``; each step
+  costs a dense Cholesky factor of the release's size.
 
-:func:`run_nuts` takes the exact path by default where the relaxation leak at the starting
+:func:`run_nuts` takes the collapsed path by default on a large release whose tables hold many
+records (:func:`choose_path`), the exact path where the relaxation leak at the starting
 ``θ`` exceeds the tolerance (1 % of ``N`` in some table) or where the release pins the counts
 (:func:`choose_path`), says which path ran
 (``mcmc.path``, ``mcmc.path_reason``), warns when a relaxed posterior leaks, and warns when
@@ -33,6 +39,7 @@ from numpyro.infer import MCMC, NUTS
 
 from ..._deprecation import renamed_key
 from ...distributions.cgm import CollectiveGraphicalModel
+from ...distributions.normal_cgm import normal_tables_plan
 from ...distributions.relaxation import LEAK_TOLERANCE
 from .checks import (
     TARGET_ESS,
@@ -43,6 +50,7 @@ from .checks import (
     warn_convergence,
     warn_relaxed_leak,
 )
+from .collapsed import PATH_REASON, CollapsedModel, collapsed_kernel, collapsed_start
 from .conditional import ConditionalCoding
 from .count_gibbs import CGMGibbs, RecordMoves
 from .count_sites import split_sites
@@ -53,7 +61,8 @@ from .interweave import released_noise_share
 from .model import OBSERVED, NoisyMarginalsModel
 from .warmup import bounded_warmup
 
-__all__ = ["DENSE_MAX_DIM", "NORMAL_MIN_VARIANCE", "NUTS_FIELDS", "PINNED_SHARE", "choose_path",
+__all__ = ["COLLAPSED_MAX_DIM", "COLLAPSED_MIN_COUNT", "COLLAPSED_MIN_DIM", "DENSE_MAX_DIM",
+           "NORMAL_MIN_VARIANCE", "NUTS_FIELDS", "PINNED_SHARE", "choose_path", "collapsed_fit",
            "released_noise_variance", "run_nuts"]
 
 Array = Any
@@ -78,6 +87,25 @@ PINNED_SHARE = 0.075
 #: same at ε = 0.1), a fifth of it on 250,000 records at ε = 1.
 NORMAL_MIN_VARIANCE = 50.0
 
+#: :func:`choose_path` takes the collapsed path from this many coordinates of the normal
+#: relaxation (cells of the junction tree's cliques) on. Below it the joint samplers mixed on
+#: every release measured (Adult's 97-cell releases: R-hat ≤ 1.01, bulk ESS ≥ 400); from
+#: Adult's 319- and 842-cell Laplace releases on, none did (R-hat 1.006–108, every draw at the
+#: maximum tree depth).
+COLLAPSED_MIN_DIM = 150
+
+#: ... and up to this many: one value and gradient costs a dense Cholesky factor, O(K³)
+#: (14 ms at 321 coordinates on the 2-core CPU; 62 ms at 850 and 384 ms at 2,000 in the
+#: prototype of ``notes/measured.md`` §5), so beyond it a run of a few thousand draws takes
+#: hours.
+COLLAPSED_MAX_DIM = 1200
+
+#: ... where the records per cell of the largest latent table are at least this many: the
+#: collapsed path samples the normal relaxation's posterior, which is close to the exact one
+#: where cells hold many records (on 30 records in 6 cells the normal relaxation's 90 %
+#: intervals covered 85 % against the exact path's 91 %).
+COLLAPSED_MIN_COUNT = 10.0
+
 #: Statistics :func:`run_nuts` collects per draw (besides ``diverging``), for ArviZ.
 NUTS_FIELDS = ("num_steps", "accept_prob", "potential_energy", "energy", "adapt_state.step_size")
 
@@ -90,8 +118,16 @@ def _start_theta(model: NoisyMarginalsModel, values: Mapping[str, Array]) -> Arr
 
 def choose_path(
     model: Any, exact: bool | None, values: Mapping[str, Array],
+    collapsed: bool | None = None, one_release: bool = True,
 ) -> tuple[str, str]:
-    """``("exact" | "relaxed" | "normal", reason)`` for a run of :func:`run_nuts`.
+    """``("exact" | "relaxed" | "normal" | "collapsed", reason)`` for a run of :func:`run_nuts`.
+
+    ``collapsed=True`` takes the collapsed path (:mod:`.collapsed`), or says why it cannot
+    (``θ`` fixed, several releases, a coding other than the conditional one).
+    ``collapsed=None`` with ``exact=None`` takes it where it can and the release is large,
+    :data:`COLLAPSED_MIN_DIM` to :data:`COLLAPSED_MAX_DIM` coordinates, with at least
+    :data:`COLLAPSED_MIN_COUNT` records per cell of the largest latent table (unless the model
+    was built with ``relaxed=False``); :func:`collapsed_fit` says why not.
 
     ``"normal"`` is the relaxed path on the normal relaxation
     (:mod:`numpyro_dpgm.distributions.normal_cgm`), ``"relaxed"`` on the model's ``lgamma``
@@ -122,6 +158,14 @@ def choose_path(
             raise TypeError("the exact path needs a NoisyMarginalsModel; a model of your own "
                             "runs plain NUTS (exact=None or False)")
         return "relaxed", "a model of your own runs plain NUTS"
+    if collapsed:
+        unable = "exact=True" if exact else collapsed_fit(model, one_release, by_default=False)
+        if unable is not None:
+            raise ValueError(f"collapsed=True, but {unable}")
+        return "collapsed", f"{PATH_REASON} (collapsed=True)"
+    if (collapsed is None and exact is None and model.relaxed
+            and collapsed_fit(model, one_release) is None):
+        return "collapsed", _collapsed_reason(model)
     if not model.relaxed and exact is not False:
         return "exact", "the model's CGM site is exact (relaxed=False)"
     normal = model.relaxation == "normal"
@@ -158,10 +202,49 @@ def choose_path(
     return "relaxed", f"{where}, and {pins})"
 
 
+def collapsed_fit(model: NoisyMarginalsModel, one_release: bool = True,
+                  by_default: bool = True) -> str | None:
+    """``None`` where the collapsed path suits ``model`` by default (:func:`choose_path`), else
+    why not; with ``by_default=False``, where it can run at all (``θ`` inferred, one release,
+    the conditional coding), whatever the release's size."""
+    if model.theta is not None:
+        return "θ is fixed: the tables' posterior given θ is the exact path's (exact=True)"
+    if not one_release:
+        return "y is a batch of releases; the collapsed path takes one"
+    if not isinstance(model.coding, ConditionalCoding):
+        return "the collapsed path needs the conditional coding (coding='conditional')"
+    if not by_default:
+        return None
+    dim = normal_tables_plan(model.latent_network).dim
+    if not COLLAPSED_MIN_DIM <= dim <= COLLAPSED_MAX_DIM:
+        return (f"the release's normal relaxation has {dim} coordinates, outside "
+                f"[{COLLAPSED_MIN_DIM}, {COLLAPSED_MAX_DIM}] (COLLAPSED_MIN_DIM, "
+                "COLLAPSED_MAX_DIM)")
+    largest = max(model.latent_network.domain.size(c) for c in model.latent_network.cliques)
+    per_cell = float(model.total_count) / largest
+    if per_cell < COLLAPSED_MIN_COUNT:
+        return (f"the largest latent table holds {per_cell:.3g} records per cell, below "
+                f"COLLAPSED_MIN_COUNT = {COLLAPSED_MIN_COUNT:g}")
+    return None
+
+
+def _collapsed_reason(model: NoisyMarginalsModel) -> str:
+    dim = normal_tables_plan(model.latent_network).dim
+    return (f"{PATH_REASON}: the release is large ({dim} coordinates, where joint NUTS on θ "
+            f"and the tables was measured not to mix from 319 cells on) and its tables hold "
+            f"many records (at least {COLLAPSED_MIN_COUNT:g} per cell of the largest)")
+
+
 def released_noise_variance(model: NoisyMarginalsModel) -> np.ndarray:
     """Per released value, the variance of its noise (the measurement's ``noise.variance``)."""
     return np.concatenate([np.full(np.size(m.values), m.noise.variance)
                            for m in model.measurements])
+
+
+def _one_release(model: NoisyMarginalsModel, model_args: tuple, model_kwargs: dict) -> bool:
+    """Whether the run conditions on one observed release (not a batch, not ``y=None``)."""
+    y = model_args[0] if model_args else model_kwargs.get("y", OBSERVED)
+    return y is not None and np.ndim(model.y if y is OBSERVED else y) == 1
 
 
 def _observed(model: NoisyMarginalsModel, model_args: tuple, model_kwargs: dict) -> Any:
@@ -200,6 +283,7 @@ def run_nuts(
     dense_mass: bool | None = None,
     max_tree_depth: int = 10,
     exact: bool | None = None,
+    collapsed: bool | None = None,
     gibbs_moves: int | None = None,
     interweave: int | None = None,
     check: bool = True,
@@ -250,6 +334,11 @@ def run_nuts(
         table, where the release pins the counts (the noise's share of the median released
         count below :data:`PINNED_SHARE`), or where the model was built with
         ``relaxed=False``.
+    collapsed : bool, optional
+        ``True``: the collapsed path (:mod:`numpyro_dpgm.infer.bayes.collapsed`: NUTS on ``φ``
+        with the tables integrated out under the normal relaxation, then the tables drawn
+        given ``φ``); ``False``: never; ``None`` (default): with ``exact=None``, on a large
+        release whose tables hold many records (:func:`choose_path`).
     gibbs_moves : int, optional
         Record swaps per step on the exact path
         (:func:`~numpyro_dpgm.infer.bayes.count_gibbs.default_moves`).
@@ -291,10 +380,13 @@ def run_nuts(
         integer-valued on the exact path) and ``mcmc.get_extra_fields()`` the statistics
         :data:`NUTS_FIELDS` and ``diverging`` (only ``diverging``, always false, when ``θ`` is
         fixed on the exact path).
-        Set on it: ``mcmc.path`` (``"exact"``, ``"relaxed"`` or ``"normal"``),
-        ``mcmc.path_reason`` (why),
+        Set on it: ``mcmc.path`` (``"exact"``, ``"relaxed"``, ``"normal"`` or
+        ``"collapsed"``), ``mcmc.path_reason`` (why),
         ``mcmc.model`` (the model sampled: on the exact path, ``model`` with
-        ``relaxed=False``) and, with ``check`` or ``time_limit``, ``mcmc.convergence`` (the
+        ``relaxed=False``; on the collapsed one its
+        :class:`~numpyro_dpgm.infer.bayes.collapsed.CollapsedModel`, with the sites
+        ``phi_std``, ``xi`` and, for Laplace noise, ``v`` besides the usual ones) and, with
+        ``check`` or ``time_limit``, ``mcmc.convergence`` (the
         :class:`~numpyro_dpgm.infer.bayes.checks.ConvergenceFigures` the warnings are based on)
         and ``mcmc.batches`` (the further batches ``time_limit`` drew).
     """
@@ -317,8 +409,23 @@ def run_nuts(
             raise ValueError(f"exact=False, but the model's site(s) {list(counts)} are exact CGM "
                              "tables, which NUTS cannot move; build them with relaxed=True for "
                              "the relaxed path")
-    path, reason = choose_path(model, exact, values)
-    if path != "exact":
+    path, reason = choose_path(model, exact, values, collapsed,
+                               _one_release(model, model_args, model_kwargs))
+    if path == "collapsed":
+        sampled = CollapsedModel(model)
+        y = _observed(model, model_args, model_kwargs)
+        centre, init_params = collapsed_start(
+            sampled, None if isinstance(init, str) else values.get("phi"), num_chains)
+        kernel = collapsed_kernel(
+            sampled, y=y, init_strategy=init_to_interior(values=centre, radius=radius),
+            target_accept_prob=target_accept_prob, dense_mass=bool(dense_mass),
+            max_tree_depth=max_tree_depth)
+        fields = ("diverging",) + NUTS_FIELDS
+        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
+                    num_chains=num_chains, progress_bar=progress_bar, progress_rate=1,
+                    chain_method="sequential" if method == "vectorized" else method)
+        _sample(mcmc, rng_key, (), {"y": y}, fields, init_params, deadline, warmup_callback)
+    elif path != "exact":
         sampled = model
         if isinstance(model, NoisyMarginalsModel):
             sampled = model.with_relaxation(
@@ -459,7 +566,9 @@ def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
     """The run's :class:`~.checks.ConvergenceFigures` over the parameters (``φ``; ``n`` where
     ``θ`` is fixed; a model of your own's sites but ``theta`` and ``mu``)."""
     samples = mcmc.get_samples(group_by_chain=True)
-    if isinstance(model, NoisyMarginalsModel):
+    if isinstance(model, CollapsedModel):
+        sites = ["phi"]
+    elif isinstance(model, NoisyMarginalsModel):
         sites = ["phi"] if model.theta is None else ["n"]
     else:
         sites = [k for k in samples if k not in ("theta", "mu")]
