@@ -310,6 +310,10 @@ def test_choose_path_collapsed_by_rule():
         choose_path(fixed, None, {}, collapsed=True)
     small = noisy_marginals_model(NET, release(), TOTAL)
     assert "coordinates" in collapsed_fit(small)
+    reference = noisy_marginals_model(net, ms, 100_000, coding="reference")
+    assert choose_path(reference, None, reference.starting_point("uniform"))[0] != "collapsed"
+    with pytest.raises(ValueError, match="conditional coding"):
+        CollapsedModel(reference)
 
 
 def test_run_nuts_collapsed_by_default():

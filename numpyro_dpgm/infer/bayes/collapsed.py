@@ -59,7 +59,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.infer import NUTS, CustomGibbs, Gibbs
 
-from ...distributions.normal_cgm import logit_conditionals, normal_tables, tree_conditionals
+from ...distributions.normal_cgm import logit_conditionals, normal_tables
 from ...inference import junction_tree as jt
 from .collapsed_gaussian import (
     ReleaseNormal,
@@ -72,7 +72,7 @@ from .gibbs import ExactState
 from .model import OBSERVED, NoisyMarginalsModel
 
 __all__ = ["PATH_REASON", "CollapsedGibbs", "CollapsedModel", "collapsed_kernel",
-           "collapsed_start", "preconditioner"]
+           "collapsed_start", "collapsed_unable", "preconditioner"]
 
 Array = Any
 
@@ -81,19 +81,28 @@ PATH_REASON = ("collapsed Gibbs: the counts integrated out of θ's update under 
                "relaxation of the CGM (Laplace noise as a normal scale mixture)")
 
 
+def collapsed_unable(model: NoisyMarginalsModel, one_release: bool = True) -> str | None:
+    """Why the collapsed path cannot sample ``model`` (``None`` where it can): it infers ``θ``
+    from one release, with the prior on the conditional coding (on whose log odds
+    :func:`preconditioner` is built)."""
+    if model.theta is not None:
+        return "θ is fixed: the tables' posterior given θ is the exact path's (exact=True)"
+    if not one_release:
+        return "y is a batch of releases; the collapsed path takes one"
+    if not isinstance(model.coding, ConditionalCoding):
+        return "the collapsed path needs the conditional coding (coding='conditional')"
+    return None
+
+
 def preconditioner(model: NoisyMarginalsModel) -> tuple[np.ndarray, np.ndarray]:
     """``(φ₀, s)`` of (1): the centre and scale of ``φ = φ₀ + s ⊙ w``.
 
-    With the conditional coding, ``φ₀`` are the log odds of the released tables' conditionals
+    ``φ₀`` are the conditional coding's log odds of the released tables' conditionals
     (negative counts clipped, half a count added: the normal relaxation's reference
     conditionals) and ``s`` the standard error of a log odds at counts ``n₀ = Nμ(θ(φ₀))``,
-    ``√(1/n₀(cell) + 1/n₀(ref))``, capped at the prior's scale. Other codings: ``φ₀ = 0``,
-    ``s = 1``.
+    ``√(1/n₀(cell) + 1/n₀(ref))``, capped at the prior's scale.
     """
-    dim = model.coding.dim
-    scale_cap = np.broadcast_to(np.asarray(model.prior_scale, float), (dim,))
-    if not isinstance(model.coding, ConditionalCoding):
-        return np.zeros(dim), np.ones(dim)
+    scale_cap = np.broadcast_to(np.asarray(model.prior_scale, float), (model.coding.dim,))
     net, const = model.latent_network, model._normal
     log_cond = np.zeros(net.num_params)
     for b in const.plan.blocks:
@@ -112,7 +121,8 @@ class CollapsedModel:
     Parameters
     ----------
     model : NoisyMarginalsModel
-        ``θ`` inferred (a ``phi`` site), one release.
+        ``θ`` inferred (a ``phi`` site), one release, the conditional coding
+        (:func:`collapsed_unable`).
 
     Sites
     -----
@@ -122,12 +132,15 @@ class CollapsedModel:
     observed (``y=None``: ``n = Nμ + Lξ`` and ``y`` drawn given it).
     """
 
+    #: The form of the CGM whose posterior this model samples.
+    relaxation = "normal"
+
     def __init__(self, model: NoisyMarginalsModel):
         if not isinstance(model, NoisyMarginalsModel):
             raise TypeError(f"model must be a NoisyMarginalsModel, got {type(model).__name__}")
-        if model.theta is not None:
-            raise ValueError("the collapsed sampler infers θ; with θ fixed the tables' "
-                             "posterior is the exact path's (run_nuts(..., exact=True))")
+        unable = collapsed_unable(model)
+        if unable is not None:
+            raise ValueError(unable)
         self.base = model
         self.plan = model._normal.plan
         self.phi0, self.scale = preconditioner(model)
@@ -145,11 +158,7 @@ class CollapsedModel:
 
     def conditionals(self, phi: Array) -> list:
         """The normal relaxation's ``(μ_S, p(r | s))`` per junction-tree block at ``φ``."""
-        base = self.base
-        if isinstance(base.coding, ConditionalCoding):
-            return logit_conditionals(self.plan, base.coding.block_logits(phi))
-        theta = base.coding.to_theta(phi)
-        return tree_conditionals(self.plan, base.latent_theta(theta), base.normalized)
+        return logit_conditionals(self.plan, self.base.coding.block_logits(phi))
 
     def moments(self, phi: Array) -> tuple[Any, Array, Array]:
         """``(tables, m, P)``: ``z ↦ n`` at ``φ`` and the answers' mean and factor."""

@@ -50,7 +50,13 @@ from .checks import (
     warn_convergence,
     warn_relaxed_leak,
 )
-from .collapsed import PATH_REASON, CollapsedModel, collapsed_kernel, collapsed_start
+from .collapsed import (
+    PATH_REASON,
+    CollapsedModel,
+    collapsed_kernel,
+    collapsed_start,
+    collapsed_unable,
+)
 from .conditional import ConditionalCoding
 from .count_gibbs import CGMGibbs, RecordMoves
 from .count_sites import split_sites
@@ -95,9 +101,11 @@ NORMAL_MIN_VARIANCE = 50.0
 COLLAPSED_MIN_DIM = 150
 
 #: ... and up to this many: one value and gradient costs a dense Cholesky factor, O(K³)
-#: (14 ms at 321 coordinates on the 2-core CPU; 62 ms at 850 and 384 ms at 2,000 in the
-#: prototype of ``notes/measured.md`` §5), so beyond it a run of a few thousand draws takes
-#: hours.
+#: (13.7 ms at 321 coordinates on the 2-core CPU, ``python -m benchmarks collapsed
+#: --gradient``; 62 ms at 850, 120 ms at 1,200 and 384 ms at 2,000 in the prototype of
+#: ``notes/measured.md`` §5). At 1,200 a run of 2 × 1,300 draws of about 31 steps takes some
+#: 3 hours; beyond it the default leaves the release to the cheaper steps of the other paths
+#: (which do not mix there either). A judgement, not a measured optimum.
 COLLAPSED_MAX_DIM = 1200
 
 #: ... where the records per cell of the largest latent table are at least this many: the
@@ -205,16 +213,11 @@ def choose_path(
 def collapsed_fit(model: NoisyMarginalsModel, one_release: bool = True,
                   by_default: bool = True) -> str | None:
     """``None`` where the collapsed path suits ``model`` by default (:func:`choose_path`), else
-    why not; with ``by_default=False``, where it can run at all (``θ`` inferred, one release,
-    the conditional coding), whatever the release's size."""
-    if model.theta is not None:
-        return "θ is fixed: the tables' posterior given θ is the exact path's (exact=True)"
-    if not one_release:
-        return "y is a batch of releases; the collapsed path takes one"
-    if not isinstance(model.coding, ConditionalCoding):
-        return "the collapsed path needs the conditional coding (coding='conditional')"
-    if not by_default:
-        return None
+    why not; with ``by_default=False``, where it can run at all
+    (:func:`~.collapsed.collapsed_unable`), whatever the release's size."""
+    unable = collapsed_unable(model, one_release)
+    if unable is not None or not by_default:
+        return unable
     dim = normal_tables_plan(model.latent_network).dim
     if not COLLAPSED_MIN_DIM <= dim <= COLLAPSED_MAX_DIM:
         return (f"the release's normal relaxation has {dim} coordinates, outside "
@@ -241,14 +244,19 @@ def released_noise_variance(model: NoisyMarginalsModel) -> np.ndarray:
                            for m in model.measurements])
 
 
+def _y_argument(model_args: tuple, model_kwargs: dict) -> Any:
+    """The run's ``y`` argument (:data:`~.model.OBSERVED` where none is given)."""
+    return model_args[0] if model_args else model_kwargs.get("y", OBSERVED)
+
+
 def _one_release(model: NoisyMarginalsModel, model_args: tuple, model_kwargs: dict) -> bool:
     """Whether the run conditions on one observed release (not a batch, not ``y=None``)."""
-    y = model_args[0] if model_args else model_kwargs.get("y", OBSERVED)
+    y = _y_argument(model_args, model_kwargs)
     return y is not None and np.ndim(model.y if y is OBSERVED else y) == 1
 
 
 def _observed(model: NoisyMarginalsModel, model_args: tuple, model_kwargs: dict) -> Any:
-    y = model_args[0] if model_args else model_kwargs.get("y", OBSERVED)
+    y = _y_argument(model_args, model_kwargs)
     if y is OBSERVED:
         return jnp.asarray(model.y)
     if y is None:
@@ -566,9 +574,8 @@ def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
     """The run's :class:`~.checks.ConvergenceFigures` over the parameters (``φ``; ``n`` where
     ``θ`` is fixed; a model of your own's sites but ``theta`` and ``mu``)."""
     samples = mcmc.get_samples(group_by_chain=True)
-    if isinstance(model, CollapsedModel):
-        sites = ["phi"]
-    elif isinstance(model, NoisyMarginalsModel):
+    model = model.base if isinstance(model, CollapsedModel) else model
+    if isinstance(model, NoisyMarginalsModel):
         sites = ["phi"] if model.theta is None else ["n"]
     else:
         sites = [k for k in samples if k not in ("theta", "mu")]
