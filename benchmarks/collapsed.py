@@ -17,8 +17,8 @@ its own program) and of the full run, the run without compilation (their differe
 rank-normalised split R-hat and smallest bulk ESS of ``μ``, ``θ`` (cells of the non-empty released
 rows and all) and ``n``, leapfrog steps per draw, maximum-depth hits, divergences, the coverage of
 the true counts by ``n``'s central 90 % intervals, and the load average before and after.
-``--gradient`` also times one value and gradient of the collapsed log likelihood (hand-written
-gradient against JAX's own through the Cholesky factor).
+``--gradient`` also times one value and gradient of the collapsed log likelihood (the
+junction-tree pass against the dense density).
 
 Run ``python -m benchmarks collapsed [--records 226051] [--eps 1] [--chains 2] [--warmup 300]
 [--draws 300]``; writes ``collapsed-cpu.json`` (``--tag``) under ``--out``.
@@ -70,28 +70,34 @@ def build(records: int, eps: float, seed: int) -> tuple[Any, Any, np.ndarray]:
 
 def gradient_ms(model: Any, repeats: int = 30) -> dict[str, Any]:
     """Milliseconds per value and gradient of the collapsed log likelihood in ``φ``
-    (:func:`~benchmarks.harness.interleaved`: median and quartiles): the hand-written gradient,
-    and JAX's own through the Cholesky factor of the same formula."""
+    (:func:`~benchmarks.harness.interleaved`: median and quartiles): the junction-tree pass of
+    the sampler (:mod:`~numpyro_dpgm.infer.bayes.collapsed_tree`), and the dense density it
+    replaced (``P = Q L(θ)`` column by column, then ``N(y; m, PPᵀ + V)`` by one Cholesky
+    factor of the answers' covariance, JAX's gradient)."""
     import jax
     import jax.numpy as jnp
+    from jax.scipy.stats import multivariate_normal
 
     from numpyro_dpgm.infer.bayes.collapsed import CollapsedModel
-    from numpyro_dpgm.infer.bayes.collapsed_gaussian import _log_likelihood, log_likelihood
+    from numpyro_dpgm.infer.bayes.collapsed_tree import tree_answers
 
     cm = CollapsedModel(model)
     y, v = jnp.asarray(model.y), 2.0 * jnp.asarray(model.noise_scales) ** 2
+    total = float(model.total_count)
 
-    def ours(w: Any) -> Any:
-        _, loc, factor = cm.moments(cm.phi(w))
-        return log_likelihood(y - loc, factor, v)
+    def tree(w: Any) -> Any:
+        return cm.release(cm.phi(w), v).log_prob(y)
 
-    def autodiff(w: Any) -> Any:
-        _, loc, factor = cm.moments(cm.phi(w))
-        return _log_likelihood(y - loc, factor, v)[0]
+    def dense(w: Any) -> Any:
+        conds = cm.conditionals(cm.phi(w))
+        loc, jvp = jax.linearize(lambda z: tree_answers(cm.tree, conds, total, z),
+                                 jnp.zeros(cm.plan.dim))
+        factor = jax.vmap(jvp, out_axes=1)(jnp.eye(cm.plan.dim))
+        return multivariate_normal.logpdf(y, loc, factor @ factor.T + jnp.diag(v))
 
     w = jnp.zeros(model.coding.dim)
     fns = {name: jax.jit(jax.value_and_grad(fn))
-           for name, fn in (("hand_written", ours), ("jax_autodiff", autodiff))}
+           for name, fn in (("tree", tree), ("dense", dense))}
     calls = {name: functools.partial(f, w) for name, f in fns.items()}
     out: dict[str, Any] = {f"value_and_grad_{name}": t
                            for name, t in interleaved(calls, repeats).items()}
@@ -171,7 +177,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="parallel: one device per chain (on a CPU, XLA_FLAGS="
                              "--xla_force_host_platform_device_count=CHAINS)")
     parser.add_argument("--gradient", action="store_true",
-                        help="also time one value and gradient (hand-written vs JAX's)")
+                        help="also time one value and gradient (tree pass vs dense)")
     parser.add_argument("--no-run", action="store_true", help="skip the sampler run")
     parser.add_argument("--compile-runs", type=int, choices=(1, 2), default=2,
                         help="runs of 2 + 2 steps before the full run (1: the compilation "

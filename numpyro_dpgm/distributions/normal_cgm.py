@@ -48,7 +48,7 @@ from ..tables import project_table
 from .constraints import decomposable_layout
 
 __all__ = ["NormalBlock", "NormalTablesPlan", "centring_shift", "logit_conditionals",
-           "normal_tables", "normal_tables_plan", "tree_conditionals"]
+           "normal_tables", "normal_tables_plan", "rows_to_network", "tree_conditionals"]
 
 Array = Any
 
@@ -225,6 +225,21 @@ def normal_tables(plan: NormalTablesPlan, conditionals: list, total: Array, z: A
             n_s = project_table(tables[b.parent], b.parent, b.sep).reshape(b.rows, 1)
         spread = sq * (zb - sq * jnp.sum(sq * zb, axis=1, keepdims=True))
         tables[b.clique] = _from_rows(b, n_s * cond + jnp.sqrt(total * mu_s) * spread, net)
+    return _network_layout(plan, tables)
+
+
+def rows_to_network(plan: NormalTablesPlan, rows: Array) -> Array:
+    """The network's layout of tables given as the plan's blocks, each by ``(s, r)`` rows
+    (``rows``: ``(plan.dim,)``, laid out as ``z``); linear."""
+    net = plan.network
+    return _network_layout(plan, {
+        b.clique: _from_rows(b, rows[b.offset:b.offset + b.rows * b.cols], net)
+        for b in plan.blocks})
+
+
+def _network_layout(plan: NormalTablesPlan, tables: dict) -> Array:
+    """Every network clique's table (non-maximal ones projected from their host), flattened."""
+    net = plan.network
     return net.flatten({c: tables[c] if c == plan.hosts[c]
                         else project_table(tables[plan.hosts[c]], plan.hosts[c], c)
                         for c in net.cliques})

@@ -10,8 +10,9 @@ release through a smooth, low-dimensional density:
   mean and covariance;
 - Laplace noise is a scale mixture, ``e_i ∣ v_i ∼ N(0, v_i)``, ``v_i ∼ Exp(1/(2b²))``
   (Gaussian noise: ``v_i = σ²`` fixed, no ``v`` site);
-- so ``n`` integrates out: ``y ∣ θ, v ∼ N(Q Nμ, Q NΣ Qᵀ + diag v)``
-  (:mod:`.collapsed_gaussian`, (1)).
+- so ``n`` integrates out: ``y ∣ θ, v ∼ N(Q Nμ, Q NΣ Qᵀ + diag v)``, whose density and the
+  tables' conditional draw take one pass each way along the junction tree
+  (:mod:`.collapsed_tree`: ``Σ_K |K|³`` flops, not the dense ``(Σ_K |K|)³``).
 
 The model (:class:`CollapsedModel`) has the sites ``phi_std`` (NUTS), ``v`` and ``xi`` (Gibbs
 blocks), the deterministic ``phi``, ``theta``, ``mu`` of the library's model, and ``n``,
@@ -21,11 +22,12 @@ deterministic given ``xi``:
 
     φ = φ_0 + s ⊙ w,\quad w \sim \mathcal N(−φ_0/s,\ (σ/s)^2), \qquad
     ξ \sim \mathcal N(0, I), \qquad
-    n = Nμ(θ) + L(θ)\big(H^{-1}P^⊤V^{-1}(y − m) + R^{-⊤} ξ\big),                      \tag{1}
+    n = \mathrm{tables}_θ\big(z(θ, v, y, ξ)\big),                                          \tag{1}
 
 the last being a draw of ``n`` from its exact conditional given ``(θ, v, y)``
-(:func:`~.collapsed_gaussian.conditional_coordinates`) whenever ``ξ`` is standard normal and
-independent of ``(θ, v)``. The prior on ``φ`` is the model's, exactly; ``φ₀`` (the released
+(:func:`~.collapsed_tree.tree_conditional_coordinates`: ``z`` drawn block by block from the
+root, ``ξ`` its standard normal input) whenever ``ξ`` is standard normal and independent of
+``(θ, v)``. The prior on ``φ`` is the model's, exactly; ``φ₀`` (the released
 tables' conditional log odds, clipped) and ``s = min(√(1/n₀(cell) + 1/n₀(ref)), σ)`` (the log
 odds' standard error at the released counts ``n₀ = Nμ(θ₀)``) only precondition: without them
 warm-up ran at the maximum tree depth (the posterior scales of full and empty cells differ
@@ -61,14 +63,15 @@ from numpyro.infer import NUTS, CustomGibbs, Gibbs
 
 from ...distributions.normal_cgm import logit_conditionals, normal_tables
 from ...inference import junction_tree as jt
-from .collapsed_gaussian import (
-    ReleaseNormal,
-    answer_moments,
-    conditional_coordinates,
-    noise_variances,
+from .collapsed_tree import (
+    TreeReleaseNormal,
+    release_tree,
+    tree_answers,
+    tree_conditional_coordinates,
 )
 from .conditional import ConditionalCoding
 from .gibbs import ExactState
+from .laplace_mixture import noise_variances
 from .model import OBSERVED, NoisyMarginalsModel
 
 __all__ = ["PATH_REASON", "CollapsedGibbs", "CollapsedModel", "collapsed_kernel",
@@ -143,6 +146,7 @@ class CollapsedModel:
             raise ValueError(unable)
         self.base = model
         self.plan = model._normal.plan
+        self.tree = release_tree(self.plan, model.predict)
         self.phi0, self.scale = preconditioner(model)
         self.laplace = model.noise_family == "laplace"
         self.coords = {**model.coords, "param": model.coding.labels,
@@ -160,10 +164,17 @@ class CollapsedModel:
         """The normal relaxation's ``(μ_S, p(r | s))`` per junction-tree block at ``φ``."""
         return logit_conditionals(self.plan, self.base.coding.block_logits(phi))
 
-    def moments(self, phi: Array) -> tuple[Any, Array, Array]:
-        """``(tables, m, P)``: ``z ↦ n`` at ``φ`` and the answers' mean and factor."""
-        conds = self._conditionals(phi)
-        return (functools.partial(self._tables, conds), *self._answer_moments(conds))
+    def release(self, phi: Array, variance: Array) -> TreeReleaseNormal:
+        """The answers' law (:class:`~.collapsed_tree.TreeReleaseNormal`) at ``φ`` and noise
+        variances ``v``, the tables integrated out."""
+        return TreeReleaseNormal(self.tree, self._conditionals(phi),
+                                 float(self.base.total_count), variance)
+
+    def conditional_tables(self, release: TreeReleaseNormal, y: Array, xi: Array) -> Array:
+        """``n`` drawn from its conditional given ``(θ, v, y)`` at standard normal ``ξ``."""
+        z = tree_conditional_coordinates(self.tree, release.conditionals, release.total,
+                                         y - release.loc, release.cov_diag, xi)
+        return self._tables(release.conditionals, z)
 
     @functools.cached_property
     def _conditionals(self) -> Any:
@@ -174,14 +185,6 @@ class CollapsedModel:
     def _tables(self) -> Any:
         total = float(self.base.total_count)
         return jax.jit(lambda conds, z: normal_tables(self.plan, conds, total, z))
-
-    @functools.cached_property
-    def _answer_moments(self) -> Any:
-        def fn(conds: list) -> tuple[Array, Array]:
-            return answer_moments(functools.partial(self._tables, conds), self.base.predict,
-                                  self.plan.dim)
-
-        return jax.jit(fn)
 
     def phi(self, phi_std: Array) -> Array:
         """``φ = φ₀ + s ⊙ w``."""
@@ -207,14 +210,13 @@ class CollapsedModel:
         else:
             v = b**2
         xi = numpyro.sample("xi", dist.Normal(0.0, 1.0).expand([self.plan.dim]).to_event(1))
-        tables, loc, factor = self.moments(phi)
+        release = self.release(phi, v)
         if obs is None:
-            n = numpyro.deterministic("n", tables(xi))
+            n = numpyro.deterministic("n", self._tables(release.conditionals, xi))
             numpyro.sample("y", dist.Normal(base.predict(n), jnp.sqrt(v)).to_event(1))
             return
-        z = conditional_coordinates(xi, obs - loc, factor, v)
-        numpyro.deterministic("n", tables(z))
-        numpyro.sample("y", ReleaseNormal(loc, factor, v), obs=obs)
+        numpyro.deterministic("n", self.conditional_tables(release, obs, xi))
+        numpyro.sample("y", release, obs=obs)
 
 
 def _xi_update(dim: int) -> Any:
@@ -228,17 +230,18 @@ def _xi_update(dim: int) -> Any:
 
 
 def _v_update(model: CollapsedModel, y: Array) -> Any:
-    """Block 2: ``n* ∼ p(n | θ, v, y)``, then ``v ∼ p(v | n*, y)`` by (5) of
-    :mod:`.collapsed_gaussian`."""
+    """Block 2: ``n* ∼ p(n | θ, v, y)``, then ``v ∼ p(v | n*, y)`` by (1) of
+    :mod:`.laplace_mixture`."""
     y = jnp.asarray(y)
 
     def update(rng_key: Array, gibbs_sites: dict, hmc_sites: dict) -> dict:
         k_z, k_v = jax.random.split(rng_key)
-        v = gibbs_sites["v"]
-        _, loc, factor = model.moments(model.phi(hmc_sites["phi_std"]))
-        residual = y - loc
-        z = conditional_coordinates(k_z, residual, factor, v)
-        return {"v": noise_variances(k_v, residual - factor @ z, model.noise_scales)}
+        release = model.release(model.phi(hmc_sites["phi_std"]), gibbs_sites["v"])
+        xi = jax.random.normal(k_z, (model.plan.dim,), release.loc.dtype)
+        z = tree_conditional_coordinates(model.tree, release.conditionals, release.total,
+                                         y - release.loc, release.cov_diag, xi)
+        answers = tree_answers(model.tree, release.conditionals, release.total, z)
+        return {"v": noise_variances(k_v, y - answers, model.noise_scales)}
 
     return update
 

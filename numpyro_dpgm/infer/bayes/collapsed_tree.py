@@ -1,0 +1,337 @@
+r"""The collapsed release density along the junction tree: a Kalman-style pass, clique by clique.
+
+Under the normal relaxation (:mod:`numpyro_dpgm.distributions.normal_cgm`, (1)) the deviations
+of the clique tables from their mean, ``δn = n − Nμ(θ)``, form a linear-Gaussian tree: with
+``S`` the separator of clique ``K`` and its parent, ``s`` a separator cell and ``r`` a residual
+cell,
+
+.. math::
+
+    δn_K = M_K\, δn_S + G_K z_K, \qquad (M_K δn_S)(s, r) = δn_S(s)\, p(r \mid s), \qquad
+    G_K = \bigoplus_s \sqrt{Nμ_S(s)}\, \operatorname{diag}(\sqrt{p_s})\,(I − \sqrt{p_s}
+    \sqrt{p_s}^⊤),                                                                         \tag{1}
+
+``z ∼ N(0, I)``, ``δn_S`` the projection of the parent's ``δn`` (zero at the root, whose
+"separator" is the fixed total). Each released answer reads one clique:
+``r_K = y_K − Q_K Nμ_K = Q_K δn_K + e_K`` with ``e_K ∼ N(0, V_K)``. The upward pass (leaves
+first) carries the evidence of a subtree as an information pair ``(J, h)`` on a separator,
+with its log normaliser ``c``: at ``K``,
+
+.. math::
+
+    J = Q_K^⊤ V_K^{-1} Q_K + \sum_{c} Π_c^⊤ J_c Π_c, \quad h = Q_K^⊤ V_K^{-1} r_K + \sum_c
+    Π_c^⊤ h_c, \quad H = I + G^⊤ J G = L L^⊤,                                               \tag{2}
+
+then ``z_K`` is integrated out (``F = L^{-1} G^⊤ J M``, ``f = L^{-1} G^⊤ h``):
+
+.. math::
+
+    J_S = M^⊤ J M − F^⊤ F, \quad h_S = M^⊤ h − F^⊤ f, \quad
+    c_S = \sum_c c_c + \tfrac12 f^⊤ f − \sum_j \log L_{jj}.                                \tag{3}
+
+At a root ``δn_S = 0``, so ``log p(y | θ, v) = Σ_{roots} c − ½ rᵀV⁻¹r − ½ Σ log 2πv_i``, the
+log density of ``N(Q Nμ, Q NΣ Qᵀ + V)``, in ``Σ_K |K|³ / 3`` flops for the factors instead of
+the ``k d²`` of forming the dense ``PᵀV⁻¹P`` (``P = Q L(θ)``, ``d = Σ_K |K|``). The downward
+pass (root first) draws the tables from their exact conditional given ``(θ, v, y)``:
+``z_K = L^{-⊤}(f − F δn_S + ξ_K)``, ``ξ ∼ N(0, I)``, the forward-filtering, backward-sampling
+of a linear-Gaussian chain on a tree.
+Both passes use the deviations, so no term grows with ``N²``. JAX differentiates the pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from jax.scipy.linalg import solve_triangular
+from numpyro.distributions import constraints
+
+from ...distributions.normal_cgm import NormalTablesPlan, rows_to_network
+
+__all__ = ["ReleaseTree", "TreeBlock", "TreeReleaseNormal", "release_tree", "tree_answers",
+           "tree_conditional_coordinates", "tree_log_likelihood"]
+
+Array = Any
+
+
+class TreeBlock(NamedTuple):
+    """The release's view of one junction-tree clique of the normal relaxation's plan.
+
+    Attributes
+    ----------
+    parent : int
+        Index of the parent block (``-1`` at the root).
+    children : tuple of int
+    to_sep : numpy int array ``(parent's cells,)``
+        Per cell of the parent (its ``(s, r)`` order), the separator cell (this block's row)
+        it lies in: ``Π`` of (2) as an index.
+    answers : numpy int array
+        The released answers that read this clique.
+    read : numpy array ``(len(answers), rows * cols)``
+        ``Q_K``: the answers as linear read-outs of the clique's ``(s, r)`` cells.
+    cells : numpy int array or None
+        Where every answer reads one cell (a table released in full): that cell, so that
+        ``Q_Kᵀ V⁻¹ Q_K`` of (2) is diagonal; ``None`` otherwise.
+    """
+
+    parent: int
+    children: tuple[int, ...]
+    to_sep: np.ndarray
+    answers: np.ndarray
+    read: np.ndarray
+    cells: np.ndarray | None
+
+
+class ReleaseTree(NamedTuple):
+    """:func:`release_tree`: a plan and, per block, what of the release it reads."""
+
+    plan: NormalTablesPlan
+    blocks: tuple[TreeBlock, ...]
+    num_answers: int
+
+
+def release_tree(plan: NormalTablesPlan, predict: Callable[[Array], Array]) -> ReleaseTree:
+    """The tree of (2) for the answers ``predict(n)`` (linear in the network's tables ``n``).
+
+    Raises
+    ------
+    ValueError
+        If an answer reads the tables of two junction-tree cliques (a query across cliques):
+        (2) assigns every answer to one clique.
+    """
+    net = plan.network
+    flat = np.asarray(jax.jacfwd(lambda t: predict(rows_to_network(plan, t)))(
+        jnp.zeros(plan.dim, jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)))
+    blocks, index = [], {b.clique: i for i, b in enumerate(plan.blocks)}
+    owner = np.full(flat.shape[0], -1)
+    for i, b in enumerate(plan.blocks):
+        touches = np.any(flat[:, b.offset:b.offset + b.rows * b.cols] != 0, axis=1)
+        both = touches & (owner >= 0)
+        if np.any(both):
+            a = int(np.flatnonzero(both)[0])
+            raise ValueError(f"answer {a} reads the tables of {plan.blocks[owner[a]].clique} and "
+                             f"{b.clique}; the collapsed path needs each answer to read one "
+                             "junction-tree clique")
+        owner[touches] = i
+    owner[owner < 0] = 0  # answers that read no cell: constants, kept with the root
+    for i, b in enumerate(plan.blocks):
+        answers = np.flatnonzero(owner == i)
+        read = flat[answers, b.offset:b.offset + b.rows * b.cols]
+        parent = -1 if b.parent is None else index[b.parent]
+        to_sep = np.zeros(0, int)
+        if parent >= 0:
+            p = plan.blocks[parent]
+            shape = net.domain.shape_of(p.clique)
+            cells = np.unravel_index(p.to_rows, shape)  # per (s, r) cell of the parent
+            sep_axes = [p.clique.index(a) for a in b.sep]
+            to_sep = (np.ravel_multi_index([cells[k] for k in sep_axes],
+                                           [shape[k] for k in sep_axes])
+                      if sep_axes else np.zeros(p.rows * p.cols, int))
+        single = np.count_nonzero(read, axis=1) == 1
+        cells = np.argmax(read != 0, axis=1) if np.all(single) else None
+        blocks.append([parent, (), to_sep, answers, read, cells])
+    for i, blk in enumerate(blocks):
+        if blk[0] >= 0:
+            blocks[blk[0]][1] += (i,)
+    return ReleaseTree(plan, tuple(TreeBlock(*b) for b in blocks), int(flat.shape[0]))
+
+
+def _spread_t(p: Array, scale: Array, x: Array) -> Array:
+    """``Gᵀ x`` of (1) for ``x`` of shape ``(rows * cols, m)``: per row
+    ``a_s (√p_s ⊙ x_s − √p_s (p_sᵀ x_s))``."""
+    rows, cols = p.shape
+    x = x.reshape(rows, cols, -1)
+    q = jnp.sqrt(p)[..., None]
+    out = q * x - q * jnp.sum(p[..., None] * x, axis=1, keepdims=True)
+    return (scale[..., None] * out).reshape(rows * cols, -1)
+
+
+def _spread(p: Array, scale: Array, z: Array) -> Array:
+    """``G z`` of (1): per row ``a_s √p_s ⊙ (z_s − √p_s (√p_sᵀ z_s))``."""
+    rows, cols = p.shape
+    z = z.reshape(rows, cols)
+    q = jnp.sqrt(p)
+    return (scale * q * (z - q * jnp.sum(q * z, axis=1, keepdims=True))).reshape(-1)
+
+
+def _upward(tree: ReleaseTree, conditionals: list, total: Array, residual: Array,
+            variance: Array) -> tuple[Array, list]:
+    """(2)–(3) from the leaves: the roots' ``c`` summed, and per block ``(L, F, f)``."""
+    plan = tree.plan
+    messages: list = [None] * len(plan.blocks)
+    saved: list = [None] * len(plan.blocks)
+    for i in reversed(range(len(plan.blocks))):
+        b, tb = plan.blocks[i], tree.blocks[i]
+        mu_s, p = conditionals[i]
+        size = b.rows * b.cols
+        read = jnp.asarray(tb.read, residual.dtype)
+        precision = 1.0 / variance[tb.answers]
+        shift = read.T @ (residual[tb.answers] * precision)
+        if tb.cells is None:
+            info = (read.T * precision) @ read
+        else:  # one cell per answer: Qᵀ V⁻¹ Q is diagonal
+            coef = read[np.arange(len(tb.cells)), tb.cells]
+            info = jnp.diag(jax.ops.segment_sum(coef**2 * precision, tb.cells,
+                                                num_segments=size))
+        const = jnp.zeros((), residual.dtype)
+        for j in tb.children:
+            j_c, h_c, c_c = messages[j]
+            idx = tree.blocks[j].to_sep
+            info = info + j_c[idx][:, idx]
+            shift = shift + h_c[idx]
+            const = const + c_c
+        scale = jnp.sqrt(total * mu_s)  # (rows, 1)
+        gt_info = _spread_t(p, scale, info)  # Gᵀ J
+        h_mat = jnp.eye(size, dtype=info.dtype) + _spread_t(p, scale, gt_info.T)
+        chol = jnp.linalg.cholesky(0.5 * (h_mat + h_mat.T))
+        # J M and Gᵀ J M: M sums a row's cells weighted by p(r | s)
+        info_m = jnp.einsum("ksr,sr->ks", info.reshape(size, b.rows, b.cols), p)
+        f_mat = solve_triangular(chol, _spread_t(p, scale, info_m), lower=True)  # F = L⁻¹GᵀJM
+        f_vec = solve_triangular(chol, _spread_t(p, scale, shift[:, None])[:, 0], lower=True)
+        m_info_m = jnp.einsum("sr,srt->st", p, info_m.reshape(b.rows, b.cols, b.rows))
+        j_s = m_info_m - f_mat.T @ f_mat
+        h_s = jnp.sum(p * shift.reshape(b.rows, b.cols), axis=1) - f_mat.T @ f_vec
+        const = const + 0.5 * f_vec @ f_vec - jnp.sum(jnp.log(jnp.diagonal(chol)))
+        messages[i] = (j_s, h_s, const)
+        saved[i] = (chol, f_mat, f_vec)
+    roots = [messages[i][2] for i, tb in enumerate(tree.blocks) if tb.parent < 0]
+    return sum(roots[1:], roots[0]), saved
+
+
+def tree_log_likelihood(tree: ReleaseTree, conditionals: list, total: Array, residual: Array,
+                        variance: Array) -> Array:
+    r"""``log N(r; 0, Q NΣ(θ) Qᵀ + diag v)`` by the upward pass (2)–(3).
+
+    Parameters
+    ----------
+    tree : ReleaseTree
+    conditionals : list
+        Per block ``(μ_S, p(r | s))`` at ``θ`` (as :func:`~numpyro_dpgm.distributions.
+        normal_cgm.normal_tables` takes them).
+    total : float
+        ``N``.
+    residual : array ``(answers,)``
+        ``r = y − Q Nμ(θ)`` (:func:`tree_answers`).
+    variance : array ``(answers,)``
+        The noise variances ``v``.
+
+    Returns
+    -------
+    scalar array
+    """
+    root, _ = _upward(tree, conditionals, total, residual, variance)
+    return root - 0.5 * (jnp.sum(residual**2 / variance)
+                         + jnp.sum(jnp.log(2.0 * jnp.pi * variance)))
+
+
+def _downward(tree: ReleaseTree, conditionals: list, total: Array,
+              draw: Callable[[int, Array], Array]) -> tuple[list, list]:
+    """From the root: per block ``z_K = draw(K, δn_S)`` and ``δn_K = M δn_S + G z_K`` (1)."""
+    plan = tree.plan
+    zs: list = []
+    dev: list = []
+    for i, b in enumerate(plan.blocks):
+        tb = tree.blocks[i]
+        mu_s, p = conditionals[i]
+        sep = (jnp.zeros(b.rows, p.dtype) if tb.parent < 0
+               else jax.ops.segment_sum(dev[tb.parent], tb.to_sep, num_segments=b.rows))
+        zs.append(draw(i, sep))
+        dev.append((sep[:, None] * p).reshape(-1) + _spread(p, jnp.sqrt(total * mu_s), zs[i]))
+    return zs, dev
+
+
+def tree_conditional_coordinates(tree: ReleaseTree, conditionals: list, total: Array,
+                                 residual: Array, variance: Array, xi: Array) -> Array:
+    """A draw of the normal relaxation's ``z`` from its conditional given ``(θ, v, y)``: the
+    upward pass, then ``z_K = L^{-⊤}(f − F δn_S + ξ_K)`` from the root.
+
+    Parameters
+    ----------
+    tree, conditionals, total, residual, variance :
+        As :func:`tree_log_likelihood`.
+    xi : array ``(plan.dim,)``
+        Standard normal draws (``ξ``), laid out as ``z``.
+
+    Returns
+    -------
+    array ``(plan.dim,)``
+        ``z``: :func:`~numpyro_dpgm.distributions.normal_cgm.normal_tables` maps it to ``n``.
+    """
+    blocks = tree.plan.blocks
+    _, saved = _upward(tree, conditionals, total, residual, variance)
+
+    def draw(i: int, sep: Array) -> Array:
+        chol, f_mat, f_vec = saved[i]
+        b = blocks[i]
+        return solve_triangular(chol.T, f_vec - f_mat @ sep + xi[b.offset:b.offset + b.rows
+                                                                 * b.cols], lower=False)
+
+    return jnp.concatenate(_downward(tree, conditionals, total, draw)[0])
+
+
+def tree_answers(tree: ReleaseTree, conditionals: list, total: Array,
+                 z: Array | None = None) -> Array:
+    """``Q n``: the noise-free answers of the tables at ``z`` (``None``: at their mean,
+    ``Q Nμ(θ)``)."""
+    out = jnp.zeros(tree.num_answers, conditionals[0][1].dtype)
+    dev = None
+    if z is not None:
+        blocks = tree.plan.blocks
+        dev = _downward(tree, conditionals, total, lambda i, sep: z[
+            blocks[i].offset:blocks[i].offset + blocks[i].rows * blocks[i].cols])[1]
+    for i, (tb, (mu_s, p)) in enumerate(zip(tree.blocks, conditionals, strict=True)):
+        table = (total * mu_s * p).reshape(-1)
+        if dev is not None:
+            table = table + dev[i]
+        out = out.at[tb.answers].set(jnp.asarray(tb.read) @ table)
+    return out
+
+
+class TreeReleaseNormal(dist.Distribution):
+    """The answers' law given ``(θ, v)`` with the tables integrated out:
+    ``N(Q Nμ, Q NΣ Qᵀ + diag v)``, its density by the upward pass (2)–(3).
+
+    Parameters
+    ----------
+    tree : ReleaseTree
+    conditionals : list
+        Per block ``(μ_S, p(r | s))``.
+    total : float
+        ``N``.
+    cov_diag : array ``(answers,)``
+        The noise variances ``v``.
+    """
+
+    arg_constraints = {"loc": constraints.real_vector, "cov_diag": constraints.positive}
+    support = constraints.real_vector
+    reparametrized_params = ["loc", "cov_diag"]
+
+    def __init__(self, tree: ReleaseTree, conditionals: list, total: Array, cov_diag: Array, *,
+                 validate_args: bool | None = None):
+        self.tree, self.conditionals, self.total = tree, conditionals, total
+        self.loc = tree_answers(tree, conditionals, total)
+        self.cov_diag = jnp.broadcast_to(cov_diag, self.loc.shape)
+        super().__init__(batch_shape=(), event_shape=self.loc.shape,
+                         validate_args=validate_args)
+
+    def sample(self, key: Array, sample_shape: tuple = ()) -> Array:
+        k_z, k_e = jax.random.split(key)
+        shape = tuple(sample_shape)
+        z = jax.random.normal(k_z, (math.prod(shape), self.tree.plan.dim), self.loc.dtype)
+        answers = jax.vmap(lambda x: tree_answers(self.tree, self.conditionals, self.total,
+                                                  x))(z).reshape(shape + self.loc.shape)
+        e = jax.random.normal(k_e, shape + self.loc.shape, self.loc.dtype)
+        return answers + e * jnp.sqrt(self.cov_diag)
+
+    def log_prob(self, value: Array) -> Array:
+        return tree_log_likelihood(self.tree, self.conditionals, self.total, value - self.loc,
+                                   self.cov_diag)
+
+    @property
+    def mean(self) -> Array:
+        return self.loc
