@@ -143,21 +143,45 @@ def _calibrate(epsilon: float, delta: float, sampling_rate: float, steps: int, a
             f"{sampling_rate:.4g} spend ε = {at_cap:.4g} even at the largest noise multiplier "
             f"{max_noise_multiplier:g}; use fewer epochs, a smaller lot or more records"
         )
-    # below σ ≈ 0.05 the PLD accountant's discretisation explodes; such σ are never needed for
-    # the ε of interest, and the floor itself is returned when it already meets the target
-    floor = min(_SIGMA_FLOOR, max_noise_multiplier)
-    if accounted_epsilon(floor, sampling_rate, steps, delta, accountant) <= epsilon:
-        return floor
+    lo, hi = _bracket(epsilon, delta, sampling_rate, steps, accountant, max_noise_multiplier,
+                      tol)
+    if lo == hi:
+        return lo
     from dp_accounting import mechanism_calibration
 
     sigma = mechanism_calibration.calibrate_dp_mechanism(
         lambda: _accountant(accountant),
         lambda s: _event(s, sampling_rate, int(steps)),
         epsilon, delta,
-        mechanism_calibration.ExplicitBracketInterval(floor, max_noise_multiplier),
+        mechanism_calibration.ExplicitBracketInterval(lo, hi),
         tol=tol,
     )
     return float(sigma)
+
+
+def _bracket(epsilon: float, delta: float, sampling_rate: float, steps: int, accountant: str,
+             max_noise_multiplier: float, tol: float) -> tuple[float, float]:
+    """``(lo, hi)`` with ``ε(lo) > epsilon ≥ ε(hi)`` for the bisection (``lo == hi``: that σ).
+
+    The PLD accountant costs seconds per σ below 1 and explodes below σ ≈ 0.05, where the RDP
+    accountant costs milliseconds; RDP's ε bounds the same mechanism's from above, so RDP's
+    calibrated σ brackets PLD's from above and half of it, checked, from below. Each bound is
+    checked with the accountant itself, and the interval falls back to ``[0.05, cap]``."""
+    floor = min(_SIGMA_FLOOR, max_noise_multiplier)
+    lo, hi = floor, max_noise_multiplier
+    if accountant != "rdp":
+        upper = _calibrate(epsilon, delta, sampling_rate, steps, "rdp", max_noise_multiplier,
+                           tol)
+        if accounted_epsilon(upper, sampling_rate, steps, delta, accountant) <= epsilon:
+            hi = upper
+            half = max(0.5 * upper, floor)
+            if accounted_epsilon(half, sampling_rate, steps, delta, accountant) > epsilon:
+                return half, hi
+    # below σ ≈ 0.05 the PLD accountant's discretisation explodes; such σ are never needed for
+    # the ε of interest, and the floor itself is returned when it already meets the target
+    if accounted_epsilon(floor, sampling_rate, steps, delta, accountant) <= epsilon:
+        return floor, floor
+    return lo, hi
 
 
 def _check_positive(**values: float) -> None:
