@@ -170,8 +170,11 @@ def _bracket(epsilon: float, delta: float, sampling_rate: float, steps: int, acc
     floor = min(_SIGMA_FLOOR, max_noise_multiplier)
     lo, hi = floor, max_noise_multiplier
     if accountant != "rdp":
-        upper = _calibrate(epsilon, delta, sampling_rate, steps, "rdp", max_noise_multiplier,
-                           tol)
+        try:
+            upper = _calibrate(epsilon, delta, sampling_rate, steps, "rdp",
+                               max_noise_multiplier, tol)
+        except UnreachableEpsilonError:  # RDP's looser ε: PLD may still reach it below the cap
+            upper = max_noise_multiplier
         if accounted_epsilon(upper, sampling_rate, steps, delta, accountant) <= epsilon:
             hi = upper
             half = max(0.5 * upper, floor)

@@ -66,7 +66,6 @@ from ...inference import junction_tree as jt
 from .collapsed_tree import (
     TreeReleaseNormal,
     release_tree,
-    tree_answers,
     tree_conditional_coordinates,
 )
 from .conditional import ConditionalCoding
@@ -238,10 +237,8 @@ def _v_update(model: CollapsedModel, y: Array) -> Any:
         k_z, k_v = jax.random.split(rng_key)
         release = model.release(model.phi(hmc_sites["phi_std"]), gibbs_sites["v"])
         xi = jax.random.normal(k_z, (model.plan.dim,), release.loc.dtype)
-        z = tree_conditional_coordinates(model.tree, release.conditionals, release.total,
-                                         y - release.loc, release.cov_diag, xi)
-        answers = tree_answers(model.tree, release.conditionals, release.total, z)
-        return {"v": noise_variances(k_v, y - answers, model.noise_scales)}
+        n = model.conditional_tables(release, y, xi)
+        return {"v": noise_variances(k_v, y - model.base.predict(n), model.noise_scales)}
 
     return update
 

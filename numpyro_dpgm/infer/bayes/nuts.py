@@ -103,11 +103,10 @@ COLLAPSED_MIN_DIM = 150
 #: ... and up to this many: one value and gradient costs a Cholesky factor per junction-tree
 #: clique, ``Σ_K |K|³`` (:mod:`.collapsed_tree`; on the 2-core CPU 3.8 ms on the 321-cell
 #: stand-in of ``python -m benchmarks collapsed --gradient``, cliques of 135, 90 and 96 cells,
-#: against 17 ms for the dense density; 41 ms on Adult's 842-cell release, 681 coordinates,
-#: cliques up to 240 cells). Beyond it a run of 4 × 1,000 steps of about 31 leapfrog steps takes
-#: hours, and the demo's tree (20,186 coordinates) has cliques of 10,000 and 8,500 cells, out of
-#: reach of a factor per step; the default leaves such releases to the cheaper steps of the
-#: other paths (which do not mix there either). A judgement, not a measured optimum.
+#: against 17 ms for the dense density). The cost grows with the cube of the largest cliques,
+#: and the demo's tree (20,186 coordinates) has cliques of 10,000 and 8,500 cells, out of reach
+#: of a factor per step; the default leaves releases beyond the bound to the cheaper steps of
+#: the other paths (which do not mix there either). A judgement, not a measured optimum.
 COLLAPSED_MAX_DIM = 1200
 
 #: ... where the records per cell of the largest latent table are at least this many: the
