@@ -90,6 +90,7 @@ LAYERS = {
     "numpyro_dpgm.infer.bayes.count_sites": INFER,
     "numpyro_dpgm.infer.bayes.count_gibbs": INFER,
     "numpyro_dpgm.infer.bayes.collapsed_tree": INFER,
+    "numpyro_dpgm.infer.bayes.collapse": INFER,
     "numpyro_dpgm.infer.bayes.laplace_mixture": INFER,
     "numpyro_dpgm.infer.bayes.collapsed": INFER,
     "numpyro_dpgm.infer.bayes.checks": INFER,

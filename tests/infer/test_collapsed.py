@@ -17,11 +17,14 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 import pytest
 from jax.scipy.stats import multivariate_normal
 from numpyro.diagnostics import effective_sample_size
@@ -29,9 +32,17 @@ from numpyro.infer.util import log_density
 from scipy import stats
 
 from numpyro_dpgm import MarkovNetwork
+from numpyro_dpgm.distributions import (
+    CollectiveGraphicalModel,
+    DiscreteLaplaceNoise,
+    GaussianNoise,
+    LaplaceNoise,
+)
 from numpyro_dpgm.infer.bayes import noisy_marginals_model, run_nuts
+from numpyro_dpgm.infer.bayes.collapse import collapse, collapse_plan
 from numpyro_dpgm.infer.bayes.collapsed import CollapsedModel
 from numpyro_dpgm.infer.bayes.collapsed_tree import release_tree
+from numpyro_dpgm.infer.bayes.count_sites import CountSiteError
 from numpyro_dpgm.infer.bayes.laplace_mixture import inverse_gaussian, noise_variances
 from numpyro_dpgm.infer.bayes.nuts import choose_path, collapsed_fit
 from numpyro_dpgm.infer.diagnostics import to_inference_data
@@ -368,3 +379,155 @@ def test_run_nuts_collapsed_by_default():
     assert tree["posterior"].attrs["cgm_path"] == "collapsed"
     assert tree["posterior_predictive"]["y"].shape == (1, 20, y.size)
     assert tree["posterior"]["n"].dims[-1] == "cell"
+
+
+# --- a model of your own on the collapsed path (:mod:`numpyro_dpgm.infer.bayes.collapse`) ---
+
+#: The user's model below: Laplace noise on the table of ``(a, b)``, Gaussian noise on two
+#: linear queries of ``(b, c)`` with an offset (its ``loc = J n + c``).
+USER_B, USER_SIGMA, USER_OFFSET = 2.0, 3.0, 5.0
+USER_QUERY = np.array([[1.0, 1.0, 0, 0, 0, 0], [0, 0, 1.0, 0, 0, -2.0]])
+
+
+def user_model(y_ab, y_q, total=TOTAL, noise=None):
+    """A model of your own on :data:`NET`: ``θ`` in the network's own layout, N(0, 2²)."""
+    theta = numpyro.sample("theta", dist.Normal(0.0, 2.0).expand([NET.num_params]).to_event(1))
+    n = numpyro.sample("n", CollectiveGraphicalModel(NET, theta, total))
+    noise = LaplaceNoise if noise is None else noise
+    numpyro.sample("y_ab", noise(n[NET.slice_of(("a", "b"))], USER_B), obs=y_ab)
+    q = jnp.asarray(USER_QUERY) @ n[NET.slice_of(("b", "c"))] + USER_OFFSET
+    numpyro.sample("y_q", GaussianNoise(q, USER_SIGMA), obs=y_q)
+
+
+def user_release() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    return (AB.ravel() + rng.laplace(0, USER_B, 6),
+            USER_QUERY @ BC.ravel() + USER_OFFSET + rng.normal(0, USER_SIGMA, 2))
+
+
+def user_dense(theta, v):
+    """``(J Nμ + c, J NΣ Jᵀ + V, Nμ, NΣ, J)`` of the user's model by brute force."""
+    ind = jnp.asarray(indicators(NET))
+    p = jax.nn.softmax(ind.T @ theta)
+    mean = ind @ p
+    cov = TOTAL * ((ind * p) @ ind.T - jnp.outer(mean, mean))
+    read = np.zeros((8, NET.num_params))
+    read[np.arange(6), np.arange(NET.num_params)[NET.slice_of(("a", "b"))]] = 1.0
+    read[6:, NET.slice_of(("b", "c"))] = USER_QUERY
+    read = jnp.asarray(read)
+    offset = jnp.asarray([0.0] * 6 + [USER_OFFSET] * 2)
+    var = jnp.concatenate([v, jnp.full(2, USER_SIGMA**2)])
+    return (read @ (TOTAL * mean) + offset, read @ cov @ read.T + jnp.diag(var),
+            TOTAL * mean, cov, read)
+
+
+def test_collapse_density_and_tables_match_closed_form():
+    """Under :class:`~numpyro_dpgm.infer.bayes.collapse.collapse` the user's model has the
+    density ``p(θ) p(v) p(ξ) N(y; J Nμ + c, J NΣ Jᵀ + V)`` (brute-force moments, 1e-8), with
+    its gradient in ``θ``; at ``ξ = 0`` its ``n`` is the closed-form conditional mean
+    ``Nμ + NΣJᵀ(J NΣ Jᵀ + V)⁻¹(y − J Nμ − c)``; the noise sites are masked."""
+    y = user_release()
+    plan = collapse_plan(user_model, y)
+    assert [s.name for s in plan.sites] == ["n"] and plan.noise == ("y_ab", "y_q")
+    rng = np.random.default_rng(5)
+    theta = jnp.asarray(rng.normal(0, 0.5, NET.num_params))
+    v = jnp.asarray(rng.uniform(2.0, 12.0, 6))
+    handled = collapse(user_model, plan)
+
+    def density(theta):
+        params = {"theta": theta, "n_v": v, "n_xi": jnp.zeros(plan.dim)}
+        lp, _ = log_density(handled, y, {}, params)
+        return lp - jnp.sum(dist.Normal(0.0, 2.0).log_prob(theta)) - jnp.sum(
+            dist.Exponential(0.5 / USER_B**2).log_prob(v)) - jnp.sum(
+            dist.Normal(0.0, 1.0).log_prob(jnp.zeros(plan.dim)))
+
+    def dense(theta):
+        loc, cov, *_ = user_dense(theta, v)
+        return multivariate_normal.logpdf(jnp.concatenate([jnp.asarray(a) for a in y]),
+                                          loc, cov)
+
+    assert np.isclose(density(theta), dense(theta), rtol=1e-10, atol=1e-8)
+    assert np.allclose(jax.grad(density)(theta), jax.grad(dense)(theta), atol=1e-8)
+    _, tr = log_density(handled, y, {}, {"theta": theta, "n_v": v,
+                                         "n_xi": jnp.zeros(plan.dim)})
+    loc, cov_y, mean, cov, read = user_dense(theta, v)
+    yy = jnp.concatenate([jnp.asarray(a) for a in y])
+    expected = mean + cov @ read.T @ jnp.linalg.solve(cov_y, yy - loc)
+    assert tr["n"]["type"] == "deterministic"
+    assert np.allclose(tr["n"]["value"], expected, atol=1e-8)
+    assert float(jnp.sum(tr["y_ab"]["fn"].log_prob(tr["y_ab"]["value"]))) == 0.0
+
+
+def _offset_model(y_ab, y_q):
+    bias = numpyro.sample("bias", dist.Normal(0.0, 1.0))
+    theta = numpyro.sample("theta", dist.Normal(0.0, 2.0).expand([NET.num_params]).to_event(1))
+    n = numpyro.sample("n", CollectiveGraphicalModel(NET, theta, TOTAL))
+    numpyro.sample("y_ab", LaplaceNoise(n[NET.slice_of(("a", "b"))] + bias, USER_B), obs=y_ab)
+
+
+def _plate_model(y_ab, y_q):
+    theta = numpyro.sample("theta", dist.Normal(0.0, 2.0).expand([NET.num_params]).to_event(1))
+    n = numpyro.sample("n", CollectiveGraphicalModel(NET, theta, jnp.array([TOTAL, TOTAL])))
+    numpyro.sample("y_ab", LaplaceNoise(n[:, NET.slice_of(("a", "b"))], USER_B),
+                   obs=jnp.stack([y_ab, y_ab]))
+
+
+def _cross_model(y_ab, y_q):
+    theta = numpyro.sample("theta", dist.Normal(0.0, 2.0).expand([NET.num_params]).to_event(1))
+    n = numpyro.sample("n", CollectiveGraphicalModel(NET, theta, TOTAL))
+    numpyro.sample("y_ab", LaplaceNoise(n[:6] + n[6:12], USER_B), obs=y_ab)
+
+
+@pytest.mark.parametrize("model, match", [
+    (_offset_model, "depends on latent sites"),
+    (_plate_model, "batch of tables"),
+    (_cross_model, "junction-tree clique"),
+    (functools.partial(user_model, noise=DiscreteLaplaceNoise), "discrete noise"),
+])
+def test_collapse_refuses_with_the_reason(model, match):
+    """A model the collapsed path cannot take: an error naming the site and why, from the
+    plan and from ``run_nuts(collapsed=True)``; by default the exact path instead."""
+    y = user_release()
+    y = (np.round(y[0]), y[1])  # integer answers, for the discrete noise
+    with pytest.raises(CountSiteError, match=match):
+        collapse_plan(model, y)
+    with pytest.raises(ValueError, match=f"collapsed=True, but .*{match}"):
+        run_nuts(model, jax.random.key(0), *y, collapsed=True, num_warmup=1, num_samples=1)
+
+
+def test_collapse_posterior_matches_quadrature():
+    """One binary attribute, ``θ = (0, t)``, ``t ∼ N(0, 1)``, N = 1,000, Laplace b = 20 (noise
+    wider than the counts' spread, so ``v`` matters): the collapsed path's posterior mean and
+    sd of ``t`` and mean of ``n₁`` within five Monte Carlo standard errors of a quadrature of
+    ``p(t) ∫ N(n₁; Np, Np(1−p)) Lap(y₀ − N + n₁) Lap(y₁ − n₁) dn₁`` (the normal relaxation's
+    posterior, which the path samples)."""
+    net, total, b = MarkovNetwork({"a": 2}, [("a",)]), 1000, 20.0
+    y = np.array([310.0, 655.0])
+
+    def model(y):
+        t = numpyro.sample("t", dist.Normal(0.0, 1.0))
+        n = numpyro.sample("n", CollectiveGraphicalModel(net, jnp.stack([0.0, t]), total))
+        numpyro.sample("y", LaplaceNoise(n, b), obs=y)
+
+    t = np.linspace(0.0, 1.5, 1501)[:, None]
+    n1 = np.linspace(400.0, 900.0, 4001)[None, :]
+    p = 1.0 / (1.0 + np.exp(-t))
+    log_w = (stats.norm.logpdf(t) + stats.norm.logpdf(n1, total * p, np.sqrt(total * p * (1 - p)))
+             + stats.laplace.logpdf(y[0] - total + n1, scale=b)
+             + stats.laplace.logpdf(y[1] - n1, scale=b))
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    t_mean = float((w.sum(1) * t[:, 0]).sum())
+    t_sd = float(np.sqrt((w.sum(1) * (t[:, 0] - t_mean) ** 2).sum()))
+    n1_mean = float((w.sum(0) * n1[0]).sum())
+    mcmc = run_nuts(model, jax.random.key(1), y, collapsed=True, num_warmup=400,
+                    num_samples=2500, num_chains=2, check=False)
+    assert mcmc.path == "collapsed" and "'n'" in mcmc.path_reason
+    samples = mcmc.get_samples(group_by_chain=True)
+    draws_t, draws_n = np.asarray(samples["t"]), np.asarray(samples["n"])[..., 1]
+    for draws, ref in ((draws_t, t_mean), (draws_n, n1_mean)):
+        se = draws.std() / np.sqrt(float(effective_sample_size(draws)))
+        assert abs(draws.mean() - ref) < 5 * se, (draws.mean(), ref, se)
+    se_sd = draws_t.std() / np.sqrt(2 * float(effective_sample_size(draws_t)))
+    assert abs(draws_t.std() - t_sd) < 5 * se_sd + 0.01 * t_sd
+    assert np.allclose(np.asarray(samples["n"]).sum(-1), total)

@@ -40,6 +40,7 @@ __all__ = [
     "CountSiteError",
     "NoiseSite",
     "count_layout",
+    "count_networks",
     "exact_count_sites",
     "inner_distribution",
     "split_sites",
@@ -158,6 +159,15 @@ def split_sites(model: Any, model_args: tuple = (), model_kwargs: dict | None = 
     others = tuple(k for k, s in tr.items() if s["type"] == "sample" and not s["is_observed"]
                    and k not in counts)
     return counts, others
+
+
+def count_networks(model: Any, model_args: tuple = (), model_kwargs: dict | None = None,
+                   ) -> dict[str, tuple[MarkovNetwork, Any]]:
+    """``{count site: (network, total_count)}`` of ``model``, from one prototype trace."""
+    with jax.ensure_compile_time_eval():
+        tr = prototype_trace(model, jax.random.key(0), model_args, dict(model_kwargs or {}))
+    fns = {k: inner_distribution(tr[k]["fn"]) for k in exact_count_sites(tr)}
+    return {k: (fn.network, fn.total_count) for k, fn in fns.items()}
 
 
 def _latent_values(tr: Any) -> dict[str, Array]:

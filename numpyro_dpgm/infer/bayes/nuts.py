@@ -50,6 +50,7 @@ from .checks import (
     warn_convergence,
     warn_relaxed_leak,
 )
+from .collapse import collapse_kernel, collapse_plan, collapse_start
 from .collapsed import (
     PATH_REASON,
     CollapsedModel,
@@ -59,7 +60,7 @@ from .collapsed import (
 )
 from .conditional import ConditionalCoding
 from .count_gibbs import CGMGibbs, RecordMoves
-from .count_sites import split_sites
+from .count_sites import CountSiteError, count_networks, split_sites
 from .extend import draw_until
 from .gibbs import exact_kernel
 from .initialization import _init_values, init_to_interior
@@ -405,14 +406,21 @@ def run_nuts(
     values = _init_values(model, init)
     if not isinstance(model, NoisyMarginalsModel):
         counts, others = split_sites(model, model_args, model_kwargs)
+        plan = _user_collapse(model, model_args, model_kwargs, counts, others, exact,
+                              collapsed)
+        options = dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                       method=method, progress_bar=progress_bar, radius=radius,
+                       target_accept_prob=target_accept_prob, dense_mass=dense_mass,
+                       max_tree_depth=max_tree_depth, deadline=deadline,
+                       warmup_callback=warmup_callback)
+        if plan is not None:
+            return _finish(_run_user_collapsed(model, rng_key, model_args, model_kwargs,
+                                               plan[0], plan[1], values, **options),
+                           started, time_limit, target_ess, callback, check, max_tree_depth)
         if counts and exact is not False:
             return _finish(_run_user_exact(
                 model, rng_key, model_args, model_kwargs, counts, others, values,
-                num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                method=method, progress_bar=progress_bar, radius=radius,
-                target_accept_prob=target_accept_prob, dense_mass=dense_mass,
-                max_tree_depth=max_tree_depth, gibbs_moves=gibbs_moves, deadline=deadline,
-                warmup_callback=warmup_callback),
+                gibbs_moves=gibbs_moves, **options),
                 started, time_limit, target_ess, callback, check, max_tree_depth)
         if counts:
             raise ValueError(f"exact=False, but the model's site(s) {list(counts)} are exact CGM "
@@ -534,6 +542,70 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
     mcmc.run(k_run, *model_args, extra_fields=fields, **model_kwargs)
 
 
+def _user_collapse(model: Callable[..., Any], model_args: tuple, model_kwargs: dict,
+                   counts: tuple, others: tuple, exact: bool | None, collapsed: bool | None,
+                   ) -> tuple[Any, str] | None:
+    """``(plan, reason)`` where a model of your own takes the collapsed path
+    (:mod:`.collapse`), else ``None``: with ``collapsed=True`` (or an error that says why it
+    cannot), and by default (``exact`` and ``collapsed`` not given) by the size rule of
+    :func:`collapsed_fit`, all count sites together."""
+    if not counts or collapsed is False or exact:
+        if collapsed and counts:
+            raise ValueError("collapsed=True, but exact=True")
+        return None
+    if not others:
+        if collapsed:
+            raise ValueError("collapsed=True, but the model has no latent site besides the "
+                             "count tables: θ is fixed, and the exact path samples the tables")
+        return None
+    if not collapsed:
+        nets = count_networks(model, model_args, model_kwargs)
+        dim = sum(normal_tables_plan(net).dim for net, _ in nets.values()
+                  if net.is_decomposable)
+        per_cell = min(float(np.min(total)) / max(net.domain.size(c) for c in net.cliques)
+                       for net, total in nets.values())
+        if not (COLLAPSED_MIN_DIM <= dim <= COLLAPSED_MAX_DIM
+                and per_cell >= COLLAPSED_MIN_COUNT):
+            return None
+    try:
+        plan = collapse_plan(model, model_args, model_kwargs)
+    except CountSiteError as e:
+        if collapsed:
+            raise ValueError(f"collapsed=True, but {e}") from None
+        return None
+    reason = (f"{PATH_REASON}, on the model's site(s) "
+              f"{', '.join(repr(s.name) for s in plan.sites)}")
+    if collapsed:
+        return plan, f"{reason} (collapsed=True)"
+    return plan, (f"{reason}: the release is large ({plan.dim} coordinates, where joint "
+                  "samplers were measured not to mix from 319 cells on) and its tables hold "
+                  f"many records (at least {COLLAPSED_MIN_COUNT:g} per cell of the largest)")
+
+
+def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: tuple,
+                        model_kwargs: dict, plan: Any, reason: str, values: Mapping,
+                        *, num_warmup: int, num_samples: int, num_chains: int, method: str,
+                        progress_bar: bool, radius: float, target_accept_prob: float,
+                        dense_mass: bool | None, max_tree_depth: int,
+                        deadline: float | None, warmup_callback: Callable | None) -> MCMC:
+    """A model of your own on the collapsed path: ξ and ``v`` by Gibbs, NUTS on the rest
+    (:func:`~.collapse.collapse_kernel`)."""
+    kernel = collapse_kernel(
+        model, plan, model_args, model_kwargs,
+        init_strategy=init_to_interior(values=values, radius=radius),
+        target_accept_prob=target_accept_prob, dense_mass=bool(dense_mass),
+        max_tree_depth=max_tree_depth)
+    fields = ("diverging",) + NUTS_FIELDS
+    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                chain_method="sequential" if method == "vectorized" else method,
+                progress_bar=progress_bar, progress_rate=1)
+    _sample(mcmc, rng_key, model_args, model_kwargs, fields,
+            collapse_start(plan, num_chains) or None, deadline, warmup_callback)
+    mcmc.path, mcmc.path_reason, mcmc.model = "collapsed", reason, model
+    mcmc.batches, mcmc.fields, mcmc.collapse_plan = 0, fields, plan
+    return mcmc
+
+
 def _run_user_exact(model: Callable[..., Any], rng_key: Array, model_args: tuple,
                     model_kwargs: dict, counts: tuple, others: tuple, values: Mapping,
                     *, num_warmup: int, num_samples: int, num_chains: int, method: str,
@@ -579,7 +651,10 @@ def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
     if isinstance(model, NoisyMarginalsModel):
         sites = ["phi"] if model.theta is None else ["n"]
     else:
-        sites = [k for k in samples if k not in ("theta", "mu")]
+        plan = getattr(mcmc, "collapse_plan", None)
+        auxiliary = () if plan is None else {f"{s.name}_{a}" for s in plan.sites
+                                             for a in ("xi", "v")}
+        sites = [k for k in samples if k not in ("theta", "mu") and k not in auxiliary]
     extra = mcmc.get_extra_fields(group_by_chain=True)
     return convergence_figures(samples, sites, extra.get("num_steps"), max_tree_depth,
                                extra.get("diverging"))
