@@ -20,8 +20,15 @@ the true counts by ``n``'s central 90 % intervals, and the load average before a
 ``--gradient`` also times one value and gradient of the collapsed log likelihood (the
 junction-tree pass against the dense density).
 
+``--model`` says which model of the release ``run_nuts`` samples: ``library`` (the above),
+``user`` (the same model written by hand with the public distributions,
+:func:`benchmarks.user_model.user_model_of`: ``φ`` on the library's coding and prior,
+``CollectiveGraphicalModel(net, θ, N)``, ``LaplaceNoise``; sampled through the ``collapse``
+handler, :mod:`numpyro_dpgm.infer.bayes.collapse`) or ``readme`` (the README's model with a
+prior: ``θ ∼ N(0, 3²)`` per cell of the network's own layout, no preconditioning).
+
 Run ``python -m benchmarks collapsed [--records 226051] [--eps 1] [--chains 2] [--warmup 300]
-[--draws 300]``; writes ``collapsed-cpu.json`` (``--tag``) under ``--out``.
+[--draws 300] [--model library]``; writes ``collapsed-cpu.json`` (``--tag``) under ``--out``.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from .harness import (
     new_record,
     write_results,
 )
-from .workloads import adult_data
+from .workloads import ADULT_EDGES, adult_data
 
 DESCRIPTION = "collapsed Gibbs (counts integrated out of θ's update) on a 321-cell Laplace release"
 
@@ -53,16 +60,20 @@ EDGES = [("workclass", "occupation"), ("occupation", "relationship"),
          ("relationship", "education-num")]
 
 
-def build(records: int, eps: float, seed: int) -> tuple[Any, Any, np.ndarray]:
-    """The model of the release, its data set and the true tables (network layout)."""
+def build(records: int, eps: float, seed: int, edges: str = "chain",
+          ) -> tuple[Any, Any, np.ndarray]:
+    """The model of the release, its data set and the true tables (network layout):
+    ``records`` drawn from the fitted tree of ``edges`` (0: Adult's own records)."""
     import jax
 
     from numpyro_dpgm import MarkovNetwork
     from numpyro_dpgm.infer.bayes import noisy_marginals_model
     from numpyro_dpgm.privacy import simulate_release
 
-    data, _ = adult_data(EDGES, records, seed)
-    net = MarkovNetwork(data.domain, EDGES)
+    chain = edges == "chain"
+    edges = EDGES if chain else ADULT_EDGES[edges]
+    data, with_one_way = adult_data(edges, records or None, seed)
+    net = MarkovNetwork(data.domain, edges) if chain else with_one_way
     ms = simulate_release(data, list(net.cliques), eps, jax.random.key(seed + 7))
     truth = net.flatten(data.count(list(net.cliques)))
     return noisy_marginals_model(net, ms, int(data.total)), data, np.asarray(truth, float)
@@ -71,15 +82,16 @@ def build(records: int, eps: float, seed: int) -> tuple[Any, Any, np.ndarray]:
 def gradient_ms(model: Any, repeats: int = 30) -> dict[str, Any]:
     """Milliseconds per value and gradient of the collapsed log likelihood in ``φ``
     (:func:`~benchmarks.harness.interleaved`: median and quartiles): the junction-tree pass of
-    the sampler (:mod:`~numpyro_dpgm.infer.bayes.collapsed_tree`), and the dense density it
-    replaced (``P = Q L(θ)`` column by column, then ``N(y; m, PPᵀ + V)`` by one Cholesky
-    factor of the answers' covariance, JAX's gradient)."""
+    the sampler (:mod:`~numpyro_dpgm.infer.bayes.collapsed_tree`, diagonal plus low rank per
+    clique), the same pass with a dense factor per clique (``tree_factors``), and the dense
+    density they replaced (``P = Q L(θ)`` column by column, then ``N(y; m, PPᵀ + V)`` by one
+    Cholesky factor of the answers' covariance, JAX's gradient)."""
     import jax
     import jax.numpy as jnp
     from jax.scipy.stats import multivariate_normal
 
     from numpyro_dpgm.infer.bayes.collapsed import CollapsedModel
-    from numpyro_dpgm.infer.bayes.collapsed_tree import tree_answers
+    from numpyro_dpgm.infer.bayes.collapsed_tree import tree_answers, tree_log_likelihood
 
     cm = CollapsedModel(model)
     y, v = jnp.asarray(model.y), 2.0 * jnp.asarray(model.noise_scales) ** 2
@@ -87,6 +99,11 @@ def gradient_ms(model: Any, repeats: int = 30) -> dict[str, Any]:
 
     def tree(w: Any) -> Any:
         return cm.release(cm.phi(w), v).log_prob(y)
+
+    def tree_factors(w: Any) -> Any:
+        release = cm.release(cm.phi(w), v)
+        return tree_log_likelihood(cm.tree, release.conditionals, total, y - release.loc, v,
+                                   structured=False)
 
     def dense(w: Any) -> Any:
         conds = cm.conditionals(cm.phi(w))
@@ -97,7 +114,8 @@ def gradient_ms(model: Any, repeats: int = 30) -> dict[str, Any]:
 
     w = jnp.zeros(model.coding.dim)
     fns = {name: jax.jit(jax.value_and_grad(fn))
-           for name, fn in (("tree", tree), ("dense", dense))}
+           for name, fn in (("tree", tree), ("tree_factors", tree_factors),
+                            ("dense", dense))}
     calls = {name: functools.partial(f, w) for name, f in fns.items()}
     out: dict[str, Any] = {f"value_and_grad_{name}": t
                            for name, t in interleaved(calls, repeats).items()}
@@ -121,6 +139,36 @@ def figures(samples: dict, sites: list[str]) -> dict[str, Any]:
     return out
 
 
+def readme_model_of(lib: Any) -> Any:
+    """The README's model of the release with a prior: ``θ ∼ N(0, 3²)`` per cell of the
+    network's layout, the exact CGM site, Laplace noise on the released tables."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
+
+    net, total, b = lib.latent_network, int(lib.total_count), jnp.asarray(lib.noise_scales)
+
+    def model(y):
+        theta = numpyro.sample("theta", dist.Normal(0.0, 3.0).expand([net.num_params])
+                               .to_event(1))
+        n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, total))
+        numpyro.sample("y", LaplaceNoise(lib.predict(n), b), obs=y)
+
+    return model
+
+
+def sampled(model: Any, kind: str) -> tuple[Any, tuple]:
+    """``(model, args)`` that ``run_nuts`` gets for ``--model kind``."""
+    from .user_model import user_model_of
+
+    if kind == "library":
+        return model, ()
+    write = user_model_of if kind == "user" else readme_model_of
+    return write(model), (np.asarray(model.y),)
+
+
 def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
     """Compile-only run, full run, and the run's figures."""
     import jax
@@ -129,12 +177,14 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
 
     options = dict(num_chains=args.chains, dense_mass=args.dense_mass, check=False,
                    chain_method=args.chain_method, collapsed=True)
+    total = float(model.total_count)
+    model, margs = sampled(model, args.model)
     row: dict[str, Any] = {"load_before": load_average()}
     keys = ("first_call_s", "compile_s")[2 - args.compile_runs:]
     for key in keys:  # a first call also pays the process's first traces
         start, cpu = time.perf_counter(), time.process_time()
-        jax.block_until_ready(run_nuts(model, jax.random.key(args.seed), num_warmup=2,
-                                       num_samples=2, **options).get_samples())
+        jax.block_until_ready(run_nuts(model, jax.random.key(args.seed), *margs,
+                                       num_warmup=2, num_samples=2, **options).get_samples())
         row[key], row[f"{key[:-2]}_cpu_s"] = (time.perf_counter() - start,
                                               time.process_time() - cpu)
         print(f"{key}: {row[key]:.1f} s, load {load_average()}", file=sys.stderr, flush=True)
@@ -142,8 +192,8 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     start, cpu = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mcmc = run_nuts(model, jax.random.key(args.seed + 1), num_warmup=args.warmup,
-                        num_samples=args.draws, **options)
+        mcmc = run_nuts(model, jax.random.key(args.seed + 1), *margs,
+                        num_warmup=args.warmup, num_samples=args.draws, **options)
         grouped = mcmc.get_samples(group_by_chain=True)
         jax.block_until_ready(grouped)
     row["wall_s"], row["cpu_s"] = time.perf_counter() - start, time.process_time() - cpu
@@ -156,18 +206,25 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     row.update(steps_per_draw=float(steps.mean()), max_depth_hits=int(np.sum(depth >= 10)),
                divergences=int(np.sum(np.asarray(extra["diverging"]))),
                step_size=float(np.mean(np.asarray(extra["adapt_state.step_size"]))))
-    row.update(figures(grouped, ["mu", "theta", "phi", "n"]))
+    row.update(figures(grouped, [k for k in ("mu", "theta", "phi", "n") if k in grouped]))
     n = np.asarray(grouped["n"]).reshape(-1, truth.size)
     lo, hi = np.quantile(n, [0.05, 0.95], axis=0)
     row["n_coverage_90"] = float(np.mean((lo <= truth) & (truth <= hi)))
-    mu = np.asarray(grouped["mu"]).reshape(-1, truth.size).mean(0)
-    total = float(model.total_count)
-    row["mu_mean_abs_error"] = float(np.mean(np.abs(mu - truth / total)))
+    row["n_mean_abs_error"] = float(np.mean(np.abs(n.mean(0) - truth)))
+    if "mu" in grouped:
+        mu = np.asarray(grouped["mu"]).reshape(-1, truth.size).mean(0)
+        row["mu_mean_abs_error"] = float(np.mean(np.abs(mu - truth / total)))
+    row["path_reason"] = mcmc.path_reason
     return row
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--records", type=int, default=226_051)
+    parser.add_argument("--records", type=int, default=226_051,
+                        help="records drawn from the fitted tree (0: Adult's own 48,842)")
+    parser.add_argument("--edges", choices=("chain", "mid"), default="chain",
+                        help="chain: the 321-cell chain above; mid: the 8 edges of Adult's "
+                             "tree of benchmarks.workloads.ADULT_EDGES and their one-way "
+                             "tables (842 cells)")
     parser.add_argument("--eps", type=float, default=1.0)
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=300)
@@ -182,6 +239,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile-runs", type=int, choices=(1, 2), default=2,
                         help="runs of 2 + 2 steps before the full run (1: the compilation "
                              "time then includes the process's first traces)")
+    parser.add_argument("--model", choices=("library", "user", "readme"), default="library",
+                        help="the model run_nuts samples (see the module's docstring)")
     parser.add_argument("--seed", type=int, default=0)
     add_out_argument(parser, "collapsed-cpu")
     parser.add_argument("--tag", default="collapsed-cpu")
@@ -191,13 +250,13 @@ def main(args: argparse.Namespace) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    model, data, truth = build(args.records, args.eps, args.seed)
+    model, data, truth = build(args.records, args.eps, args.seed, args.edges)
     record = new_record("collapsed", vars(args) | {"out": str(args.out)}, rows=[])
     row: dict[str, Any] = {
         "records": int(data.total), "eps": args.eps, "cells": int(model.network.num_params),
         "params": int(model.coding.dim), "laplace_b": float(model.noise_scales[0]),
         "chains": args.chains, "warmup": args.warmup, "draws": args.draws,
-        "dense_mass": args.dense_mass, "chain_method": args.chain_method,
+        "dense_mass": args.dense_mass, "chain_method": args.chain_method, "model": args.model,
         "jax_devices": [str(d) for d in jax.devices()]}
     record["rows"].append(row)
     if args.gradient:
