@@ -197,8 +197,9 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
         grouped = mcmc.get_samples(group_by_chain=True)
         jax.block_until_ready(grouped)
     row["wall_s"], row["cpu_s"] = time.perf_counter() - start, time.process_time() - cpu
-    row["run_s"] = row["wall_s"] - row[keys[-1]]
-    row["run_cpu_s"] = row["cpu_s"] - row[f"{keys[-1][:-2]}_cpu_s"]
+    if keys:
+        row["run_s"] = row["wall_s"] - row[keys[-1]]
+        row["run_cpu_s"] = row["cpu_s"] - row[f"{keys[-1][:-2]}_cpu_s"]
     row["load_after"] = load_average()
     extra = mcmc.get_extra_fields(group_by_chain=True)
     steps = np.asarray(extra["num_steps"])
@@ -236,9 +237,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gradient", action="store_true",
                         help="also time one value and gradient (tree pass vs dense)")
     parser.add_argument("--no-run", action="store_true", help="skip the sampler run")
-    parser.add_argument("--compile-runs", type=int, choices=(1, 2), default=2,
+    parser.add_argument("--compile-runs", type=int, choices=(0, 1, 2), default=2,
                         help="runs of 2 + 2 steps before the full run (1: the compilation "
-                             "time then includes the process's first traces)")
+                             "time then includes the process's first traces; 0: none, the "
+                             "full run's wall time is what a fresh process waits)")
     parser.add_argument("--model", choices=("library", "user", "readme"), default="library",
                         help="the model run_nuts samples (see the module's docstring)")
     parser.add_argument("--seed", type=int, default=0)

@@ -44,7 +44,7 @@ from numpyro_dpgm.infer.bayes.collapsed import CollapsedModel
 from numpyro_dpgm.infer.bayes.collapsed_tree import release_tree, tree_log_likelihood
 from numpyro_dpgm.infer.bayes.count_sites import CountSiteError
 from numpyro_dpgm.infer.bayes.laplace_mixture import inverse_gaussian, noise_variances
-from numpyro_dpgm.infer.bayes.nuts import choose_path, collapsed_fit
+from numpyro_dpgm.infer.bayes.nuts import choose_path, collapsed_fit, user_collapse
 from numpyro_dpgm.infer.diagnostics import to_inference_data
 from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
@@ -574,3 +574,32 @@ def test_collapse_posterior_matches_quadrature():
     se_sd = draws_t.std() / np.sqrt(2 * float(effective_sample_size(draws_t)))
     assert abs(draws_t.std() - t_sd) < 5 * se_sd + 0.01 * t_sd
     assert np.allclose(np.asarray(samples["n"]).sum(-1), total)
+
+
+def test_user_model_takes_the_collapsed_path_by_rule():
+    """A model of your own takes the collapsed path by the library model's size rule (288
+    coordinates of 100,000 records), not on a sparse release or with ``exact``/``collapsed``
+    saying otherwise, nor where ``θ`` is fixed (``collapsed=True`` then says why)."""
+    net, ms = large_release(100_000)
+    y = np.concatenate([np.ravel(m.values) for m in ms])
+
+    def model(y, total):
+        theta = numpyro.sample("theta", dist.Normal(0.0, 3.0).expand([net.num_params])
+                               .to_event(1))
+        n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, total))
+        numpyro.sample("y", LaplaceNoise(n, 3.0), obs=y)
+
+    plan, reason = user_collapse(model, (y, 100_000))
+    assert plan.dim == 288 and "'n'" in reason and "large" in reason
+    assert user_collapse(model, (y, 1_000)) is None  # 6.9 records per cell of a table
+    assert user_collapse(model, (y, 1_000), collapsed=True)[1].endswith("(collapsed=True)")
+    assert user_collapse(model, (y, 100_000), exact=True) is None
+    assert user_collapse(model, (y, 100_000), collapsed=False) is None
+
+    def fixed(y, total):
+        n = numpyro.sample("n", CollectiveGraphicalModel(net, jnp.zeros(net.num_params), total))
+        numpyro.sample("y", LaplaceNoise(n, 3.0), obs=y)
+
+    assert user_collapse(fixed, (y, 100_000)) is None
+    with pytest.raises(ValueError, match="θ is fixed"):
+        user_collapse(fixed, (y, 100_000), collapsed=True)

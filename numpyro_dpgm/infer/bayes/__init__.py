@@ -10,11 +10,13 @@ Gibbs with the record swaps of :mod:`.records` (and the optional non-centred mov
 and :mod:`.extend` draws further batches until a run has converged;
 :mod:`.labels` names the cells of a network's flat layout. A model of your own with exact CGM
 sites runs :class:`.count_gibbs.CGMGibbs` (record moves within Gibbs, sites found by
-:mod:`.count_sites`).
+:mod:`.count_sites`), or on large releases the :class:`.collapse.collapse` handler (the tables
+integrated out of the update of the model's own parameters, :mod:`.collapsed`).
 """
 
 from .checks import ConvergenceWarning
 from .coding import ReferenceCoding, reference_coding
+from .collapse import collapse, collapse_kernel, collapse_plan
 from .conditional import ConditionalCoding, conditional_coding
 from .count_gibbs import CGMGibbs, RecordMoves
 from .count_sites import CountSiteError, count_layout
@@ -37,6 +39,9 @@ __all__ = [
     "ReferenceCoding",
     "SVIFit",
     "cell_labels",
+    "collapse",
+    "collapse_kernel",
+    "collapse_plan",
     "conditional_coding",
     "exact_gibbs_fn",
     "exact_kernel",

@@ -12,7 +12,10 @@ release through a smooth, low-dimensional density:
   (Gaussian noise: ``v_i = σ²`` fixed, no ``v`` site);
 - so ``n`` integrates out: ``y ∣ θ, v ∼ N(Q Nμ, Q NΣ Qᵀ + diag v)``, whose density and the
   tables' conditional draw take one pass each way along the junction tree
-  (:mod:`.collapsed_tree`: ``Σ_K |K|³`` flops, not the dense ``(Σ_K |K|)³``).
+  (:mod:`.collapsed_tree`: per clique a diagonal-plus-low-rank factor for the density and a
+  dense one for the draw, not the dense ``(Σ_K |K|)³``).
+
+A model of your own gets the same path through the :class:`~.collapse.collapse` handler.
 
 The model (:class:`CollapsedModel`) has the sites ``phi_std`` (NUTS), ``v`` and ``xi`` (Gibbs
 blocks), the deterministic ``phi``, ``theta``, ``mu`` of the library's model, and ``n``,

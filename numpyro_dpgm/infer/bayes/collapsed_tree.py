@@ -31,7 +31,11 @@ then ``z_K`` is integrated out (``F = L^{-1} G^⊤ J M``, ``f = L^{-1} G^⊤ h``
 
 At a root ``δn_S = 0``, so ``log p(y | θ, v) = Σ_{roots} c − ½ rᵀV⁻¹r − ½ Σ log 2πv_i``, the
 log density of ``N(Q Nμ, Q NΣ Qᵀ + V)``, in ``Σ_K |K|³ / 3`` flops for the factors instead of
-the ``k d²`` of forming the dense ``PᵀV⁻¹P`` (``P = Q L(θ)``, ``d = Σ_K |K|``). The downward
+the ``k d²`` of forming the dense ``PᵀV⁻¹P`` (``P = Q L(θ)``, ``d = Σ_K |K|``). The density
+needs only ``log det H`` and ``H⁻¹`` applied to a few vectors, and ``H`` is a diagonal plus a
+low-rank matrix (:func:`_structured_message`), so :func:`tree_log_likelihood` (NUTS's target)
+costs ``O(|K| m²)`` per clique, ``m`` twice the separator's cells plus the answers that read
+several cells and the children's separator cells; the draws keep the dense factors. The downward
 pass (root first) draws the tables from their exact conditional given ``(θ, v, y)``:
 ``z_K = L^{-⊤}(f − F δn_S + ξ_K)``, ``ξ ∼ N(0, I)``, the forward-filtering, backward-sampling
 of a linear-Gaussian chain on a tree.

@@ -14,7 +14,8 @@ Three paths sample the posterior of a :class:`~.model.NoisyMarginalsModel`:
 - **collapsed**: the normal relaxation's tables integrated out of ``θ``'s update, Laplace
   noise as a normal scale mixture (:mod:`.collapsed`): NUTS on ``φ`` alone, whose target is
   smooth where every released value puts a kink into the joint of ``(φ, n)``; each step
-  costs a dense Cholesky factor of the release's size.
+  costs one pass along the junction tree (:mod:`.collapsed_tree`). A model of your own takes
+  it through the :class:`~.collapse.collapse` handler by the same rule.
 
 :func:`run_nuts` takes the collapsed path by default on a large release whose tables hold many
 records (:func:`choose_path`), the exact path where the relaxation leak at the starting
@@ -70,7 +71,7 @@ from .warmup import bounded_warmup
 
 __all__ = ["COLLAPSED_MAX_DIM", "COLLAPSED_MIN_COUNT", "COLLAPSED_MIN_DIM", "DENSE_MAX_DIM",
            "NORMAL_MIN_VARIANCE", "NUTS_FIELDS", "PINNED_SHARE", "choose_path", "collapsed_fit",
-           "released_noise_variance", "run_nuts"]
+           "released_noise_variance", "run_nuts", "user_collapse"]
 
 Array = Any
 
@@ -101,13 +102,13 @@ NORMAL_MIN_VARIANCE = 50.0
 #: maximum tree depth).
 COLLAPSED_MIN_DIM = 150
 
-#: ... and up to this many: one value and gradient costs a Cholesky factor per junction-tree
-#: clique, ``Σ_K |K|³`` (:mod:`.collapsed_tree`; on the 2-core CPU 3.8 ms on the 321-cell
-#: stand-in of ``python -m benchmarks collapsed --gradient``, cliques of 135, 90 and 96 cells,
-#: against 17 ms for the dense density). The cost grows with the cube of the largest cliques,
+#: ... and up to this many: one value and gradient costs a diagonal-plus-low-rank factor per
+#: junction-tree clique (:mod:`.collapsed_tree`; ``python -m benchmarks collapsed --gradient``
+#: on the 2-core CPU: 1.9 ms on the 321-cell stand-in, 13 ms on Adult's 842-cell tree with its
+#: one-way tables), but each stored draw of the tables a dense factor per clique, ``Σ_K |K|³``,
 #: and the demo's tree (20,186 coordinates) has cliques of 10,000 and 8,500 cells, out of reach
-#: of a factor per step; the default leaves releases beyond the bound to the cheaper steps of
-#: the other paths (which do not mix there either). A judgement, not a measured optimum.
+#: of a dense factor per draw; the default leaves releases beyond the bound to the cheaper steps
+#: of the other paths (which do not mix there either). A judgement, not a measured optimum.
 COLLAPSED_MAX_DIM = 1200
 
 #: ... where the records per cell of the largest latent table are at least this many: the
@@ -406,8 +407,7 @@ def run_nuts(
     values = _init_values(model, init)
     if not isinstance(model, NoisyMarginalsModel):
         counts, others = split_sites(model, model_args, model_kwargs)
-        plan = _user_collapse(model, model_args, model_kwargs, counts, others, exact,
-                              collapsed)
+        plan = user_collapse(model, model_args, model_kwargs, exact, collapsed)
         options = dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                        method=method, progress_bar=progress_bar, radius=radius,
                        target_accept_prob=target_accept_prob, dense_mass=dense_mass,
@@ -542,13 +542,15 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
     mcmc.run(k_run, *model_args, extra_fields=fields, **model_kwargs)
 
 
-def _user_collapse(model: Callable[..., Any], model_args: tuple, model_kwargs: dict,
-                   counts: tuple, others: tuple, exact: bool | None, collapsed: bool | None,
-                   ) -> tuple[Any, str] | None:
-    """``(plan, reason)`` where a model of your own takes the collapsed path
-    (:mod:`.collapse`), else ``None``: with ``collapsed=True`` (or an error that says why it
-    cannot), and by default (``exact`` and ``collapsed`` not given) by the size rule of
-    :func:`collapsed_fit`, all count sites together."""
+def user_collapse(model: Callable[..., Any], model_args: tuple = (),
+                  model_kwargs: dict | None = None, exact: bool | None = None,
+                  collapsed: bool | None = None) -> tuple[Any, str] | None:
+    """``(plan, reason)`` where :func:`run_nuts` runs a model of your own on the collapsed
+    path (:mod:`.collapse`), else ``None`` (the record moves): with ``collapsed=True`` (or a
+    ``ValueError`` that says why it cannot), and by default (``exact`` and ``collapsed`` not
+    given) by the size rule of :func:`collapsed_fit`, all count sites together."""
+    model_kwargs = dict(model_kwargs or {})
+    counts, others = split_sites(model, model_args, model_kwargs)
     if not counts or collapsed is False or exact:
         if collapsed and counts:
             raise ValueError("collapsed=True, but exact=True")
