@@ -22,7 +22,7 @@ junction-tree pass against the dense density).
 
 ``--model`` says which model of the release ``run_nuts`` samples: ``library`` (the above),
 ``user`` (the same model written by hand with the public distributions,
-:func:`benchmarks.user_model.user_model_of`: ``φ`` on the library's coding and prior,
+:func:`benchmarks.workloads.user_model_of`: ``φ`` on the library's coding and prior,
 ``CollectiveGraphicalModel(net, θ, N)``, ``LaplaceNoise``; sampled through the ``collapse``
 handler, :mod:`numpyro_dpgm.infer.bayes.collapse`) or ``readme`` (the README's model with a
 prior: ``θ ∼ N(0, 3²)`` per cell of the network's own layout, no preconditioning).
@@ -51,7 +51,7 @@ from .harness import (
     new_record,
     write_results,
 )
-from .workloads import ADULT_EDGES, adult_data
+from .workloads import ADULT_EDGES, adult_data, user_model_of
 
 DESCRIPTION = "collapsed Gibbs (counts integrated out of θ's update) on a 321-cell Laplace release"
 
@@ -161,8 +161,6 @@ def readme_model_of(lib: Any) -> Any:
 
 def sampled(model: Any, kind: str) -> tuple[Any, tuple]:
     """``(model, args)`` that ``run_nuts`` gets for ``--model kind``."""
-    from .user_model import user_model_of
-
     if kind == "library":
         return model, ()
     write = user_model_of if kind == "user" else readme_model_of

@@ -35,31 +35,9 @@ import jax
 import numpy as np
 
 from .harness import add_out_argument, json_default, load_average, new_record, write_results
-from .workloads import ADULT_EDGES, adult_data
+from .workloads import ADULT_EDGES, adult_data, user_model_of
 
 DESCRIPTION = "a user-written NumPyro model vs the library's model, exact path, same release"
-
-
-def user_model_of(lib: Any) -> Any:
-    """The library model ``lib`` written by hand with the public distributions."""
-    import jax.numpy as jnp
-    import numpyro
-    import numpyro.distributions as dist
-
-    from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
-
-    net, coding, total = lib.latent_network, lib.coding, int(lib.total_count)
-    scale = jnp.broadcast_to(jnp.asarray(lib.prior_scale, dtype=float), (coding.dim,))
-    b = jnp.asarray(lib.noise_scales)
-
-    def model(y):
-        phi = numpyro.sample("phi", dist.Normal(0.0, scale).to_event(1))
-        theta = numpyro.deterministic("theta", coding.to_theta(phi))
-        n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, total,
-                                                         normalized=lib.normalized))
-        numpyro.sample("y", LaplaceNoise(lib.predict(n), b), obs=y)
-
-    return model
 
 
 def _run(model: Any, args: argparse.Namespace, *margs: Any, **kwargs: Any) -> dict[str, Any]:

@@ -11,7 +11,9 @@
   on records drawn from the model fitted to it (the Bayesian benchmarks);
 - :func:`releases` (with :func:`release_cases` and :data:`RELEASE_DATA`): Laplace releases of
   Adult's demo tree, Titanic's tree and seed 002's models with their error measures (the
-  benchmarks of naive MLE's and CGM-EM's defaults).
+  benchmarks of naive MLE's and CGM-EM's defaults);
+- :func:`user_model_of`: the library's model of a release written by hand with the public
+  distributions (the user-model benchmarks).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ __all__ = ["ADULT_EDGES", "QUERY", "RELEASE_DATA", "RELEASE_ERRORS", "SHARED_DAT
            "Workload", "add_release_arguments", "adult_data", "adult_workload",
            "available_release_data", "mbi_problem",
            "mutual_information", "release_cases", "releases", "seed002_records",
-           "seed002_release", "shared_dataset", "three_way_workload", "tree_workload"]
+           "seed002_release", "shared_dataset", "three_way_workload", "tree_workload",
+           "user_model_of"]
 
 #: The out-of-model query of the Adult workloads (no clique of either holds it).
 QUERY = ("age", "fnlwgt", "capital-gain")
@@ -362,3 +365,25 @@ def releases(name: str, size: int | None, eps: float, seeds: range) -> Iterator[
         net, truth, meas, _ = seed002_release(model, values, seed, n, eps)
         tables = count(seed002_records(truth, seed, n), [m.clique for m in meas], net.domain)
         yield net, meas, float(n), lambda m, t=truth: float(kl_divergence(t, m)), tables
+
+
+def user_model_of(lib: Any) -> Any:
+    """The library model ``lib`` written by hand with the public distributions."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
+
+    net, coding, total = lib.latent_network, lib.coding, int(lib.total_count)
+    scale = jnp.broadcast_to(jnp.asarray(lib.prior_scale, dtype=float), (coding.dim,))
+    b = jnp.asarray(lib.noise_scales)
+
+    def model(y):
+        phi = numpyro.sample("phi", dist.Normal(0.0, scale).to_event(1))
+        theta = numpyro.deterministic("theta", coding.to_theta(phi))
+        n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, total,
+                                                         normalized=lib.normalized))
+        numpyro.sample("y", LaplaceNoise(lib.predict(n), b), obs=y)
+
+    return model

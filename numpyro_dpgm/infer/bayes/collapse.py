@@ -39,7 +39,8 @@ may not depend on latent sites).
 >>> y = jnp.array([150.0, 170, 180, 160, 170, 170])
 >>> plan = collapse_plan(model, (y,))
 >>> tr = handlers.trace(handlers.seed(collapse(model, plan), 0)).get_trace(y)
->>> tr["n"]["type"], tr["n_v"]["value"].shape, round(float(tr["n"]["value"].sum()), 6)
+>>> n, v = tr["n"], tr["n_v"]
+>>> n["type"], v["value"].shape, round(float(n["value"].sum()), 6)
 ('deterministic', (6,), 1000.0)
 """
 
