@@ -108,6 +108,12 @@ case "$cmd" in
   demo)  ensure_venv dev; exec "$venv/bin/dpgm" demo "$@" ;;
   test)  ensure_venv dev
          [ $# -eq 0 ] && set -- tests notebooks   # the suite and the executed notebooks
+         # one persistent compilation cache for the workers, notebook kernels and subprocesses of
+         # a run (JAX's own variables win): a program compiled by one process is loaded by the
+         # next; a clean clone starts it empty (tests/estimation: 251 s cold, 213 s with it)
+         export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$here/.jax-cache}"
+         export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0}"
+         export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="${JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES:-0}"
          # --durations: where CI's time goes, printed at the end of every run
          exec "$venv/bin/python" -m pytest -n "${DPGM_TEST_WORKERS:-2}" --nbmake \
            --durations=25 --durations-min=5 "$@" ;;
