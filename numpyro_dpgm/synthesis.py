@@ -34,7 +34,6 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ._deprecation import renamed_keywords
 from ._warnings import warn
 from .distributions.constraints import decomposable_layout
 from .distributions.mrf import MarkovRandomField
@@ -321,7 +320,6 @@ def _default_num_records(source: Any) -> int:
 # ------------------------------------------------------------------------------------------------
 # the entry point
 # ------------------------------------------------------------------------------------------------
-@renamed_keywords({"rng": "rng_key"})
 def synthesize(
     source: Any,
     num_records: int | None,
@@ -510,7 +508,6 @@ def _sampling(sampling: Any, source: Any) -> str:
     return sampling
 
 
-@renamed_keywords({"rng": "rng_key"})
 def iter_synthetic(*args: Any, **kwargs: Any) -> Iterator[pd.DataFrame]:
     """The data sets of :func:`synthesize`, one at a time (same arguments).
 
@@ -533,7 +530,6 @@ def _whole_datasets(chunks: Iterator[SyntheticChunk]) -> Iterator[pd.DataFrame]:
             yield frame
 
 
-@renamed_keywords({"rng": "rng_key"})
 def iter_synthetic_chunks(*args: Any, **kwargs: Any) -> Iterator[SyntheticChunk]:
     """The records of :func:`synthesize` in chunks of at most :data:`SAMPLE_CHUNK` records.
 

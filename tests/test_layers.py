@@ -34,7 +34,6 @@ LAYERS = {
     # 1. core
     "numpyro_dpgm._cache": CORE,
     "numpyro_dpgm._jit": CORE,
-    "numpyro_dpgm._deprecation": CORE,
     "numpyro_dpgm._warnings": CORE,
     "numpyro_dpgm._precision": CORE,
     "numpyro_dpgm._version": CORE,

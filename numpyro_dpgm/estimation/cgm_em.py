@@ -204,7 +204,7 @@ def _result(run: _Run, start: Any, loss0: float, inner_iters: int, extras: dict,
     )
 
 
-@estimator("cgm-em", legacy_positional=("total_count", "max_em_iters", "inner_iters", "init"))
+@estimator("cgm-em")
 def cgm_em(
     measurements: Sequence[Measurement],
     network_or_domain: MarkovNetwork | Mapping[str, int],

@@ -1,4 +1,4 @@
-"""The one contract of the estimators from measurements, and its deprecation shim.
+"""The one contract of the estimators from measurements, and their registry.
 
 Every estimator from noisy measurements has the signature
 
@@ -13,8 +13,8 @@ Every estimator from noisy measurements has the signature
 - ``total_count``: ``N``; ``None`` estimates it from the measurements without privacy cost
   (:func:`resolve_total`), and ``extras["total_count"]`` / ``extras["total_count_estimated"]``
   record the value used and how it was obtained;
-- ``rng_key``: a JAX PRNG key (NumPyro's name); required by the stochastic estimators, accepted
-  and ignored by the deterministic ones;
+- ``rng_key``: a JAX PRNG key (NumPyro's name); required by the stochastic estimators (a
+  ``TypeError`` without it), accepted and ignored by the deterministic ones;
 - ``init``: ``None`` (the estimator's default start), a fitted
   :class:`~numpyro_dpgm.distributions.mrf.MarkovRandomField` or a θ array (warm start), or one
   of the estimator's named starts;
@@ -22,11 +22,8 @@ Every estimator from noisy measurements has the signature
 - ``callback``: ``callback(iteration, loss)`` during the main loop (each estimator says when);
 - every other setting is keyword-only.
 
-:func:`estimator` registers a function under its command-line name in :data:`ESTIMATORS` and
-keeps the spellings of the previous release working for one release, with a
-:class:`DeprecationWarning` naming the new spelling: positional ``total_count`` and the
-parameters that followed it, and the keywords ``network``, ``key``, ``rng``, ``iters`` and
-``max_em_iters``.
+:func:`estimator` registers a function under its command-line name in :data:`ESTIMATORS`
+and warns about cliques with more cells than records.
 """
 
 from __future__ import annotations
@@ -34,15 +31,12 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._deprecation import old_spellings
 from .._warnings import warn_sparse_tables
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Domain
@@ -56,7 +50,6 @@ __all__ = [
     "approx_budget",
     "check_attributes",
     "estimator",
-    "learner",
     "network_from_measurements",
     "resolve_init",
     "resolve_network",
@@ -68,29 +61,13 @@ __all__ = [
 #: The estimators from measurements, by their command-line name (``dpgm fit --method``).
 ESTIMATORS: dict[str, Callable[..., Any]] = {}
 
-#: Keywords of the previous release and their contract names.
-RENAMED = {"network": "network_or_domain", "key": "rng_key", "rng": "rng_key",
-           "iters": "max_iters", "max_em_iters": "max_iters"}
-
-
-def estimator(name: str, legacy_positional: Sequence[str] = ("total_count",),
-              renamed: Mapping[str, str] | None = None) -> Callable[[Callable], Callable]:
-    """Register an estimator under ``name`` and accept its old spellings with a warning.
-
-    Parameters
-    ----------
-    name : str
-        Its name in :data:`ESTIMATORS` (as ``dpgm fit --method`` spells it).
-    legacy_positional : sequence of str
-        The names, in the previous release's order, of the parameters that could be passed by
-        position after ``measurements`` and the network (old names allowed: they are renamed).
-    renamed : mapping, optional
-        Estimator-specific old keyword -> new keyword, besides :data:`RENAMED`.
-    """
+def estimator(name: str) -> Callable[[Callable], Callable]:
+    """Register an estimator under ``name`` in :data:`ESTIMATORS` (as ``dpgm fit --method``
+    spells it); a call first warns about each clique of the model with more cells than
+    records (:func:`_sparse_tables_warned`)."""
 
     def decorate(fn: Callable) -> Callable:
-        wrapper = old_spellings(_sparse_tables_warned(fn), 2, legacy_positional,
-                                dict(RENAMED, **(renamed or {})))
+        wrapper = _sparse_tables_warned(fn)
         ESTIMATORS[name] = wrapper
         return wrapper
 
@@ -117,34 +94,6 @@ def _sparse_tables_warned(fn: Callable) -> Callable:
         return fn(*args, **kwargs)
 
     return wrapper
-
-
-#: Keywords of the previous release of the learners from records and their contract names.
-LEARNER_RENAMED = {"privacy": "budget", "epsilon": "budget", "key": "rng_key", "rng": "rng_key"}
-
-
-def learner(legacy_positional: Sequence[str] = ("privacy",), *, budget_second: bool = True,
-            renamed: Mapping[str, str] | None = None) -> Callable[[Callable], Callable]:
-    """Accept a learner's old spellings, with a warning, under the learners' contract
-    ``f(data, domain, *, budget, rng_key, ledger=None, **options)``.
-
-    With ``budget_second`` the previous release took the privacy budget as the second
-    positional argument, where the contract has the domain. A call is read in the old way
-    exactly when it passes a second positional argument and no budget keyword (``budget``,
-    ``privacy`` or ``epsilon``): the contract's ``budget`` is keyword-only and required, so a
-    call in the new spelling always names it. Otherwise ``legacy_positional`` names the
-    parameters the previous release took by position after ``data`` and ``domain``.
-    """
-    names = dict(LEARNER_RENAMED, **(renamed or {}))
-
-    def start(args: tuple, kwargs: dict) -> int:
-        old = budget_second and not any(k in kwargs for k in ("budget", "privacy", "epsilon"))
-        return 1 if old else 2
-
-    def decorate(fn: Callable) -> Callable:
-        return old_spellings(fn, start, legacy_positional, names)
-
-    return decorate
 
 
 def network_from_measurements(
@@ -259,15 +208,11 @@ def resolve_init(init: Any, network: MarkovNetwork, named: Sequence[str] = ()) -
     return theta
 
 
-def stochastic_key(rng_key: Any, name: str, stacklevel: int = 4) -> Any:
-    """``rng_key`` of a stochastic estimator, or (deprecated, for one release)
-    ``jax.random.key(0)`` with a ``DeprecationWarning`` saying so."""
-    if rng_key is not None:
-        return rng_key
-    warnings.warn(f"{name}() is stochastic: pass rng_key=jax.random.key(seed). Without it, "
-                  "jax.random.key(0) is used; rng_key becomes required in the next release",
-                  DeprecationWarning, stacklevel=stacklevel)
-    return jax.random.key(0)
+def stochastic_key(rng_key: Any, name: str) -> Any:
+    """``rng_key`` of a stochastic estimator; a ``TypeError`` saying what to pass without it."""
+    if rng_key is None:
+        raise TypeError(f"{name}() is stochastic: pass rng_key=jax.random.key(seed)")
+    return rng_key
 
 
 def total_extras(total: float, estimated: bool) -> dict[str, Any]:

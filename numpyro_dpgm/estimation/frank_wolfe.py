@@ -57,7 +57,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._deprecation import renamed_key
 from .._precision import warn_if_float32
 from ..privacy.conversions import approx_to_zcdp
 from ..privacy.guarantees import ZCDP, ApproxDP, PureDP
@@ -397,7 +396,6 @@ def check_iterations(iterations: Any) -> int:
     return int(iterations)
 
 
-@renamed_key
 def private_frank_wolfe(
     features: Any,
     labels: Any,

@@ -36,7 +36,7 @@ __all__ = ["mcem"]
 Array = Any
 
 
-@estimator("mcem", legacy_positional=("total_count", "max_em_iters", "init"))
+@estimator("mcem")
 def mcem(
     measurements: Sequence[Measurement],
     network_or_domain: MarkovNetwork | Mapping[str, int],
@@ -67,9 +67,7 @@ def mcem(
     network_or_domain, total_count, init :
         As :func:`~numpyro_dpgm.estimation.variational_em.variational_em`.
     rng_key : JAX PRNG key
-        The chains' randomness (as for
-        :func:`~numpyro_dpgm.estimation.variational_em.variational_em`, ``jax.random.key(0)``
-        with a ``DeprecationWarning`` when missing).
+        The chains' randomness; required (a ``TypeError`` without it).
     max_iters : int
         EM iterations, the main loop.
     callback : callable ``(iteration, loss) -> None``, optional

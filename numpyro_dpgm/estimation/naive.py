@@ -263,7 +263,7 @@ def _combine(
     return combined, tuple(ignored)
 
 
-@estimator("naive", legacy_positional=("total_count", "l2"))
+@estimator("naive")
 def naive_mle(
     measurements: Sequence[Measurement],
     network_or_domain: MarkovNetwork | Mapping[str, int],

@@ -69,8 +69,7 @@ def _bayes_model(network: MarkovNetwork, measurements: Sequence[Measurement], to
     return _MODELS.setdefault(key, model), jnp.asarray(model.y)
 
 
-@estimator("posterior-mean", legacy_positional=("total_count", "method"),
-           renamed={"svi_steps": "max_iters", "num_samples": "max_iters"})
+@estimator("posterior-mean")
 def posterior_mean(
     measurements: Sequence[Measurement],
     network_or_domain: MarkovNetwork | Mapping[str, int],
@@ -96,9 +95,7 @@ def posterior_mean(
     network_or_domain, total_count :
         As :func:`~numpyro_dpgm.estimation.variational_em.variational_em`.
     rng_key : JAX PRNG key
-        The sampler's or optimiser's randomness (as for
-        :func:`~numpyro_dpgm.estimation.variational_em.variational_em`, ``jax.random.key(0)``
-        with a ``DeprecationWarning`` when missing).
+        The sampler's or optimiser's randomness; required (a ``TypeError`` without it).
     init : None, "uniform", "em", MarkovRandomField or array
         Starting point. ``None`` or ``"uniform"``: uniform tables and ``φ = 0`` (the only start
         of the SVI guide). With ``method="nuts"`` also ``"em"``, the NLBP-EM estimate

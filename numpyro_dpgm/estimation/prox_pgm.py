@@ -228,7 +228,7 @@ def noisy_start(network: MarkovNetwork, measurements: Sequence[Measurement],
 # ------------------------------------------------------------------------------------------------
 # Public entry point
 # ------------------------------------------------------------------------------------------------
-@estimator("prox-pgm", legacy_positional=("total_count", "iters", "oracle", "loss"))
+@estimator("prox-pgm")
 def prox_pgm(
     measurements: Sequence[Measurement],
     network_or_domain: MarkovNetwork | Domain | Mapping[str, int],

@@ -43,7 +43,7 @@ from ..inference.mle import check_tie
 from ..network import MarkovNetwork
 from ..privacy.guarantees import ApproxDP
 from ..privacy.ledger import PrivacyLedger
-from .contract import approx_budget, learner, stochastic_key
+from .contract import approx_budget, stochastic_key
 from .result import Result
 
 if TYPE_CHECKING:
@@ -257,7 +257,6 @@ def _run(network, tie_idx, num_free, data, key, theta0, steps, max_lot, rate, ex
 # ------------------------------------------------------------------------------------------------
 # the estimator
 # ------------------------------------------------------------------------------------------------
-@learner(legacy_positional=("epsilon", "delta"), budget_second=False)
 def psgd(
     data: Any,
     network: MarkovNetwork,
@@ -291,8 +290,8 @@ def psgd(
         with ``δ = delta`` (default ``1/N``, seed 002, §4.1). ``None`` runs without noise
         (non-private, for tests and references) unless ``noise_multiplier`` is given.
     rng_key : JAX PRNG key
-        Lot sampling and noise (**simulation**: JAX's floating-point Gaussian sampler).
-        Without it ``jax.random.key(0)`` is used, with a ``DeprecationWarning``.
+        Lot sampling and noise (**simulation**: JAX's floating-point Gaussian sampler);
+        required (a ``TypeError`` without it).
     ledger : PrivacyLedger, optional
         Debited with the accounted ``ApproxDP(ε, δ)`` of the run before the first step (an
         ``"approx"`` ledger; a zCDP ledger cannot pay an (ε, δ) guarantee and refuses).

@@ -172,7 +172,7 @@ def run_em_estimator(
     if estimated:  # the latent counts sum to an integer N
         total = float(max(1, round(total)))
     max_iters = check_max_iters(max_iters)
-    key = stochastic_key(rng_key, name, stacklevel=5)
+    key = stochastic_key(rng_key, name)
     theta0, how = initial_theta(measurements, network, total, init)
     model = latent_counts_model(network, measurements, total)
     readout = model.readout  # type: ignore[attr-defined]
@@ -204,7 +204,7 @@ def run_em_estimator(
     )
 
 
-@estimator("variational-em", legacy_positional=("total_count", "max_em_iters", "init"))
+@estimator("variational-em")
 def variational_em(
     measurements: Sequence[Measurement],
     network_or_domain: MarkovNetwork | Mapping[str, int],
@@ -236,9 +236,7 @@ def variational_em(
         ``N`` (public); ``None`` estimates it from the measurements (no privacy cost), rounded
         to an integer (the latent counts sum to ``N``).
     rng_key : JAX PRNG key
-        The SVI runs' randomness. Stochastic, so it should be given: without it
-        ``jax.random.key(0)`` is used with a ``DeprecationWarning`` (required from the next
-        release).
+        The SVI runs' randomness; required (a ``TypeError`` without it).
     init : None, "naive", "zeros", MarkovRandomField or array
         ``θ₀``: naive MLE with its default L2 rule (``None`` or ``"naive"``), uniform
         (``"zeros"``), or a warm start (a previous fit's model or log-potentials).

@@ -22,7 +22,6 @@ import numpy as np
 import pandas as pd
 from numpyro.infer import MCMC, Predictive
 
-from .._deprecation import renamed_key
 from ..inference import junction_tree as jt
 from ..network import MarkovNetwork
 from .bayes import (
@@ -156,7 +155,6 @@ def clique_tables(
     return xr.Dataset(out)
 
 
-@renamed_key
 def posterior_predictive(
     model: Any, samples: dict[str, Array], rng_key: jax.Array, *model_args: Any,
     sites: Sequence[str] = ("y",), **model_kwargs: Any,
@@ -182,7 +180,6 @@ def posterior_predictive(
     return dict(pred(rng_key, *model_args, **model_kwargs))
 
 
-@renamed_key
 def to_inference_data(
     posterior: MCMC | SVIFit,
     model: NoisyMarginalsModel | MarkovNetwork,

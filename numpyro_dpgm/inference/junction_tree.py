@@ -38,7 +38,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._deprecation import renamed_key
 from .._jit import device_array, jit_modes
 from ..domain import Clique
 from ..network import MarkovNetwork
@@ -316,7 +315,6 @@ def _host_query(
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3, 4))
-@renamed_key
 def sample(
     network: MarkovNetwork, theta: Array, rng_key: Array, num_samples: int,
     method: str = DEFAULT_METHOD,

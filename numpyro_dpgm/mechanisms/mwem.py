@@ -68,7 +68,6 @@ from ..data import count
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
 from ..estimation import Result
-from ..estimation.contract import learner
 from ..inference import junction_tree as jt
 from ..inference.oracles import MarginalOracle
 from ..measurements import Gaussian, Measurement
@@ -108,7 +107,6 @@ def _round_costs(
     return budget, fraction * eps_r, PureDP(fraction * eps_r), PureDP((1.0 - fraction) * eps_r)
 
 
-@learner(legacy_positional=("workload", "budget", "rounds"), budget_second=False)
 def mwem_pgm(
     data: Any,
     domain: Domain | Mapping[str, int] | None,

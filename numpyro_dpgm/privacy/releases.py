@@ -27,7 +27,6 @@ import jax
 import numpy as np
 import pandas as pd
 
-from .._deprecation import renamed_key, renamed_keywords
 from .._warnings import SparseTableWarning, warn_sparse_tables
 from ..data import Dataset, count
 from ..domain import Clique, Domain
@@ -328,7 +327,6 @@ def _release_counted(
     return out
 
 
-@renamed_keywords({"rng": "rng_key"})
 def release(
     data: Any,
     cliques: Sequence[Iterable[str]] | MarkovNetwork,
@@ -455,7 +453,6 @@ def release(
     )
 
 
-@renamed_keywords({"rng": "rng_key"})
 def release_tables(
     tables: CliqueTables | Mapping[Iterable[str], Any],
     budget: PrivacyCost | float,
@@ -536,7 +533,6 @@ def release_tables(
     )
 
 
-@renamed_key
 def simulate_release(
     data: Any,
     cliques: Sequence[Iterable[str]] | MarkovNetwork,

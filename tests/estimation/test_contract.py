@@ -8,7 +8,6 @@ checked on a tiny chain ``a - b - c`` with small iteration counts.
 from __future__ import annotations
 
 import inspect
-import warnings
 
 import jax
 import numpy as np
@@ -38,24 +37,6 @@ OPTIONS = {
     "variational-em": dict(max_iters=2, first_steps=40, steps=20, mean_draws=16),
     "posterior-mean": dict(max_iters=40, svi_draws=16),
 }
-
-#: The previous release's spelling of the same call (with its DeprecationWarning's topic).
-OLD = {
-    "naive": (lambda f, ms, o: f(ms, NET, N, max_iters=o["max_iters"]), "'total_count'"),
-    "cgm-em": (lambda f, ms, o: f(ms, network=NET, total_count=N, max_em_iters=o["max_iters"]),
-               "network"),
-    "prox-pgm": (lambda f, ms, o: f(ms, NET, N, o["max_iters"], stop=o["stop"]), "'iters'"),
-    "mcem": (lambda f, ms, o: f(ms, NET, N, o["max_iters"], key=KEY, **_rest(o)), "'key'"),
-    "variational-em": (lambda f, ms, o: f(ms, NET, N, max_em_iters=o["max_iters"], rng=KEY,
-                                          **_rest(o)), "max_em_iters"),
-    "posterior-mean": (lambda f, ms, o: f(ms, NET, N, key=KEY, svi_steps=o["max_iters"],
-                                          **_rest(o)), "svi_steps"),
-}
-
-
-def _rest(options: dict) -> dict:
-    return {k: v for k, v in options.items() if k != "max_iters"}
-
 
 def _measurements() -> list[Measurement]:
     rng = np.random.default_rng(0)
@@ -203,34 +184,24 @@ def test_warm_start_of_posterior_mean() -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_deprecated_spellings_warn_and_agree(name: str, base_fits: dict[str, Result]) -> None:
-    call, topic = OLD[name]
-    with pytest.warns(DeprecationWarning) as record:
-        old = call(ESTIMATORS[name], MS, OPTIONS[name])
-    messages = [str(w.message) for w in record]
-    assert any(topic in m for m in messages), messages
-    # every warning names the new spelling
-    assert all(m.endswith("=...") and ("keyword" in m or "use" in m) for m in messages), messages
-    np.testing.assert_allclose(np.asarray(old.model.theta),
-                               np.asarray(base_fits[name].model.theta), rtol=1e-9, atol=1e-9)
-    with pytest.raises(TypeError, match="multiple values|both"):
-        ESTIMATORS[name](MS, NET, N, total_count=N)
+def test_one_spelling(name: str) -> None:
+    """Everything after the network is a keyword: ``total_count`` by position is a TypeError,
+    and so is a keyword outside the contract and the estimator's own settings."""
+    with pytest.raises(TypeError, match="positional"):
+        ESTIMATORS[name](MS, NET, N)
+    with pytest.raises(TypeError, match="key"):
+        ESTIMATORS[name](MS, NET, total_count=N, key=KEY)
 
 
 @pytest.mark.parametrize("name", sorted(STOCHASTIC))
-def test_stochastic_estimators_want_a_key(name: str, base_fits: dict[str, Result]) -> None:
-    options = dict(OPTIONS[name])
-    with pytest.warns(DeprecationWarning, match="rng_key"):
-        fit = ESTIMATORS[name](MS, NET, total_count=N, **options)  # the documented key(0)
-    np.testing.assert_allclose(np.asarray(fit.model.theta),
-                               np.asarray(base_fits[name].model.theta), rtol=1e-9, atol=1e-9)
+def test_stochastic_estimators_want_a_key(name: str) -> None:
+    with pytest.raises(TypeError, match=r"is stochastic: pass rng_key=jax\.random\.key"):
+        ESTIMATORS[name](MS, NET, total_count=N, **OPTIONS[name])
 
 
 @pytest.mark.parametrize("name", sorted(set(NAMES) - STOCHASTIC))
 def test_deterministic_estimators_ignore_the_key(name: str, base_fits: dict[str, Result]) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        fit = _fit(name, total_count=N, rng_key=jax.random.key(7))
+    fit = _fit(name, total_count=N, rng_key=jax.random.key(7))
     np.testing.assert_array_equal(np.asarray(fit.model.theta),
                                   np.asarray(base_fits[name].model.theta))
 
@@ -264,28 +235,24 @@ def test_learner_signature(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(LEARNERS))
-def test_learner_old_spellings_warn_and_agree(name: str) -> None:
+def test_learner_takes_the_domain_second_and_the_rest_by_keyword(name: str) -> None:
     codes = np.random.default_rng(0).integers(0, 2, size=(200, 3))
     data = codes if name == "learn_pairwise" else 1 - 2 * codes
     f, options = _learner(name), dict(LEARNERS[name])
     if name == "learn_pairwise":
         options["domain"] = 2  # it needs the alphabet: 2 values per attribute
     new = f(data, budget=1.0, rng_key=KEY, **options)
-    with pytest.warns(DeprecationWarning) as record:
-        old = f(data, 1.0, key=KEY, **options)  # the budget was the second positional argument
-    messages = [str(w.message) for w in record]
-    assert any("'privacy' by position" in m and "budget=" in m for m in messages), messages
-    assert any("'key'" in m and "rng_key=" in m for m in messages), messages
-    np.testing.assert_array_equal(np.asarray(old.model.theta), np.asarray(new.model.theta))
-    with pytest.warns(DeprecationWarning, match="'privacy' is deprecated; use budget="):
-        again = f(data, privacy=1.0, rng_key=KEY, **options)
-    np.testing.assert_array_equal(np.asarray(again.model.theta), np.asarray(new.model.theta))
-    # the new spelling with a domain in second place reads it as the domain
+    with pytest.raises(TypeError, match="budget"):
+        f(data, rng_key=KEY, **options)  # the budget is required, by keyword
+    with pytest.raises(TypeError, match="key"):
+        f(data, budget=1.0, key=KEY, **options)
+    # the domain in second place names the attributes
     domain = Domain({f"v{i}": 2 for i in range(3)})
     options.pop("domain", None)
     named = f(data, domain if name == "learn_pairwise" else list(domain.attrs), budget=1.0,
               rng_key=KEY, **options)
     assert tuple(named.model.network.domain.attrs) == ("v0", "v1", "v2")
+    np.testing.assert_array_equal(np.asarray(named.model.theta), np.asarray(new.model.theta))
 
 
 @pytest.mark.parametrize(("name", "second"), [("learn_structure", "domain"),
@@ -301,7 +268,7 @@ def test_other_learners_share_the_contract(name: str, second: str) -> None:
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:])
 
 
-def test_mwem_pgm_old_spellings_warn_and_agree() -> None:
+def test_mwem_pgm_shares_the_learners_contract() -> None:
     from numpyro_dpgm.mechanisms import mwem_pgm
     from numpyro_dpgm.privacy import ZCDP
 
@@ -309,15 +276,8 @@ def test_mwem_pgm_old_spellings_warn_and_agree() -> None:
     assert [p.name for p in params[:5]] == ["data", "domain", "budget", "rng_key", "ledger"]
     records = np.random.default_rng(1).integers(0, 2, size=(300, 3))
     domain = Domain({"a": 2, "b": 2, "c": 2})
-    workload = [("a", "b"), ("b", "c")]
-    new = mwem_pgm(records, domain, budget=ZCDP(0.5), rng_key=3, workload=workload, rounds=1,
-                   iters=10)
-    with pytest.warns(DeprecationWarning) as record:
-        old = mwem_pgm(records, domain, workload, ZCDP(0.5), 1, key=3, iters=10)
-    messages = [str(w.message) for w in record]
-    for name in ("'workload'", "'budget'", "'rounds'", "'key'"):
-        assert any(name in m for m in messages), messages
-    np.testing.assert_array_equal(np.asarray(old.model.theta), np.asarray(new.model.theta))
+    with pytest.raises(TypeError, match="positional"):
+        mwem_pgm(records, domain, [("a", "b")], ZCDP(0.5), 1, rng_key=3, iters=10)
 
 
 def test_measurement_nll_compiles_once_per_structure() -> None:

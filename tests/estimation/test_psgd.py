@@ -221,13 +221,9 @@ def test_budget_spellings_agree_and_the_ledger_pays_the_accounted_guarantee() ->
     assert not poor.history
 
 
-def test_old_spellings_warn_and_agree() -> None:
+def test_one_spelling() -> None:
     x = sample(CHAIN, np.zeros(CHAIN.num_params), 200, 1)
-    new = psgd(x, CHAIN, budget=ApproxDP(1.0, 1e-3), rng_key=jax.random.key(4))
-    with pytest.warns(DeprecationWarning) as record:
-        old = psgd(x, CHAIN, 1.0, 1e-3, key=jax.random.key(4))
-    messages = " ".join(str(w.message) for w in record)
-    assert "'epsilon' by position" in messages and "'key'" in messages
-    np.testing.assert_array_equal(np.asarray(old.theta), np.asarray(new.theta))
-    with pytest.warns(DeprecationWarning, match="rng_key"):
+    with pytest.raises(TypeError, match="positional"):
+        psgd(x, CHAIN, 1.0, 1e-3, rng_key=jax.random.key(4))
+    with pytest.raises(TypeError, match=r"is stochastic: pass rng_key"):
         psgd(x, CHAIN, budget=None, epochs=1)

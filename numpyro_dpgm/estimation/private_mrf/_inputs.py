@@ -100,6 +100,6 @@ def _check_width(width: Any) -> float:
 def _need_key(key: Any, rho: float | None) -> Any:
     if key is None:
         if rho is not None:
-            raise ValueError("a private run needs a PRNG key for its noise (key=...)")
+            raise ValueError("a private run needs a PRNG key for its noise (rng_key=...)")
         return jax.random.key(0)
     return key

@@ -18,7 +18,6 @@ from ..._precision import warn_if_float32
 from ...domain import Domain
 from ...privacy.guarantees import ZCDP, ApproxDP
 from ...privacy.ledger import PrivacyLedger
-from ..contract import learner
 from ..frank_wolfe import (
     NoiseMultiplier,
     check_iterations,
@@ -84,7 +83,6 @@ def _ising_regressions(
     )
 
 
-@learner()
 def learn_ising(
     data: Any,
     domain: Domain | Sequence[str] | None = None,

@@ -20,7 +20,6 @@ from ..._precision import warn_if_float32
 from ...domain import Domain
 from ...privacy.guarantees import ZCDP, ApproxDP
 from ...privacy.ledger import PrivacyLedger
-from ..contract import learner
 from ..frank_wolfe import (
     NoiseMultiplier,
     check_iterations,
@@ -141,7 +140,6 @@ def _pairwise_regressions(
     return W, theta, traces, gaps_all
 
 
-@learner()
 def learn_pairwise(
     data: Any,
     domain: Domain | int | None = None,

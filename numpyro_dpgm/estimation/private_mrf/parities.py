@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..._deprecation import renamed_key
 from ...privacy.guarantees import ZCDP, ApproxDP
 from ...privacy.ledger import PrivacyLedger
 from ..frank_wolfe import resolve_privacy
@@ -117,7 +116,6 @@ def _check_queries(queries: Sequence[Sequence[int]], p: int) -> list[Monomial]:
     return out
 
 
-@renamed_key
 def pmw_parities(
     spins: Any,
     queries: Sequence[Sequence[int]],

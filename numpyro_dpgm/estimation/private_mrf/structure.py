@@ -19,11 +19,10 @@ import jax.numpy as jnp
 import networkx as nx
 import numpy as np
 
-from ..._deprecation import renamed_key
 from ...domain import Domain
 from ...privacy.guarantees import ApproxDP
 from ...privacy.ledger import PrivacyLedger
-from ..contract import approx_budget, learner
+from ..contract import approx_budget
 from ..frank_wolfe import check_iterations
 from ._inputs import _check_width, _codes_from_data, _spins_from_data
 from ._regressions import _compress, _solve_problems
@@ -33,7 +32,6 @@ from .pairwise import _onehot_features, _pairwise_node_estimate
 __all__ = ["StructureResult", "learn_structure", "stable_mode"]
 
 
-@renamed_key
 def stable_mode(
     outputs: Sequence[Hashable],
     epsilon: float,
@@ -196,7 +194,6 @@ def _pairwise_block_graphs(
     return graphs, strengths
 
 
-@learner(legacy_positional=("epsilon", "delta"))
 def learn_structure(
     data: Any,
     domain: Domain | int | Sequence[str] | None = None,

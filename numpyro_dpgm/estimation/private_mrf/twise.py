@@ -20,7 +20,6 @@ from ..._precision import warn_if_float32
 from ...domain import Domain
 from ...privacy.guarantees import ZCDP, ApproxDP
 from ...privacy.ledger import PrivacyLedger
-from ..contract import learner
 from ..frank_wolfe import (
     NoiseMultiplier,
     check_iterations,
@@ -97,7 +96,6 @@ def monomial_estimates(
     return out
 
 
-@learner()
 def learn_twise(
     data: Any,
     domain: Domain | Sequence[str] | None = None,

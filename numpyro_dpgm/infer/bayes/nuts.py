@@ -38,7 +38,6 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import MCMC, NUTS
 
-from ..._deprecation import renamed_key
 from ...distributions.cgm import CollectiveGraphicalModel
 from ...distributions.normal_cgm import normal_tables_plan
 from ...distributions.relaxation import LEAK_TOLERANCE
@@ -278,7 +277,6 @@ def _exact_start(model: NoisyMarginalsModel, values: Mapping[str, Array], y: Arr
     return n0 if num_chains > 1 else n0[0]
 
 
-@renamed_key
 def run_nuts(
     model: NoisyMarginalsModel | Callable[..., Any],
     rng_key: jax.Array,

@@ -25,7 +25,6 @@ from numpyro.infer.autoguide import (
     AutoNormal,
 )
 
-from ..._deprecation import renamed_key
 from .checks import posterior_leak, warn_relaxed_leak
 from .count_sites import split_sites
 from .initialization import _init_values, init_to_interior
@@ -71,7 +70,6 @@ class SVIFit(NamedTuple):
     path_reason: str = "the model's CGM site is relaxed"
 
 
-@renamed_key
 def run_svi(
     model: NoisyMarginalsModel | Callable[..., Any],
     rng_key: jax.Array,
