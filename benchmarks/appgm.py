@@ -31,7 +31,7 @@ Workloads (Gaussian noise with the calibration of seed 003's Appendix C.4 at ε 
 δ = 10⁻⁶: ``σ = σ_RDP(ε, δ)·√k`` for ``k`` tables under add/remove neighbours):
 
 - ``c4``: Appendix C.4's 32 random 2-way marginals
-  (``experiments.mckenna2021.adult_cliques``); the min-size junction tree has 1.37·10⁷ cells.
+  (``studies.mckenna2021.adult_cliques``); the min-size junction tree has 1.37·10⁷ cells.
 - ``tree``: ``benchmarks.workloads.tree_workload``'s 14 one-way and 15 two-way marginals (the
   maximum spanning tree of the pairwise mutual information plus the 2 pairs of highest mutual
   information outside it, which close two cycles).
@@ -56,7 +56,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from numpyro_dpgm.inference import junction_tree as jt
+from numpyro_dpgm.oracles import junction_tree as jt
 
 from .harness import add_out_argument, load_average, new_record, write_results
 from .workloads import Clique, adult_workload, mbi_problem
@@ -71,7 +71,7 @@ MBI_STEP_FACTORS = (1.0, 4.0, 16.0)
 # Measurements and error metrics
 # ------------------------------------------------------------------------------------------------
 def _workload(name: str, dataset: Any) -> list[Clique]:
-    from numpyro_dpgm.experiments.mckenna2021 import adult_cliques
+    from studies.mckenna2021 import adult_cliques
 
     if name == "c4":
         return adult_cliques(dataset.domain)
@@ -87,9 +87,9 @@ def measure(dataset: Any, cliques: Sequence[Clique], seed: int) -> tuple[list, d
         numpyro_dpgm ``Measurement`` list, true count tables by clique, and the noise σ.
     """
     from numpyro_dpgm.data import count
-    from numpyro_dpgm.experiments.mckenna2021 import SIGMA_RDP
     from numpyro_dpgm.measurements import Gaussian, Measurement
     from numpyro_dpgm.privacy.samplers import simulate_noise
+    from studies.mckenna2021 import SIGMA_RDP
 
     tables = count(dataset.records, list(cliques), dataset.domain)
     truth = {c: np.asarray(tables[c], dtype=float) for c in cliques}
@@ -229,8 +229,8 @@ def fit_mbi_approx(ms: list, domain: Any, total: float, iters: int,
 def run_workload(name: str, dataset: Any, args: argparse.Namespace,
                  sink: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
     """All contenders on one workload; one row per fit, each also passed to ``sink``."""
-    from numpyro_dpgm.inference.oracles import ConvexGBPOracle, ExactOracle
     from numpyro_dpgm.network import MarkovNetwork
+    from numpyro_dpgm.oracles.protocol import ConvexGBPOracle, ExactOracle
 
     cliques = _workload(name, dataset)
     ms, truth, sigma = measure(dataset, cliques, args.seed)

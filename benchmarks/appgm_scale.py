@@ -106,7 +106,7 @@ def child(argv: list[str]) -> dict[str, Any]:
 
     jax.config.update("jax_enable_x64", True)
     from numpyro_dpgm.estimation.prox_pgm import prox_pgm
-    from numpyro_dpgm.inference.oracles import ConvexGBPOracle
+    from numpyro_dpgm.oracles.protocol import ConvexGBPOracle
 
     p = argparse.ArgumentParser()
     for name in ("m", "attrs", "values", "records", "iters", "sweeps", "every", "seed"):

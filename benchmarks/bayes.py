@@ -4,7 +4,7 @@ Models (``numpyro_dpgm.infer.noisy_marginals_model``: reference-coded parameters
 Normal prior, the relaxed CGM of the latent tables ``n`` and the noise likelihood of the
 released tables ``y``):
 
-- ``demo``: ``experiments.convergence.demo_release`` / ``demo_convergence``'s model, the chain
+- ``demo``: ``studies.convergence.demo_release`` / ``demo_convergence``'s model, the chain
   ``a(2) – b(3) – c(2)``, ``N = 200``, Laplace release at ε = 1, prior scale 2 (7 parameters,
   12 latent cells);
 - ``adult``: the model of ``notebooks/bayesian_noisy_marginals.ipynb``, Adult's
@@ -67,9 +67,9 @@ GUIDES = ("normal", "mvn", "delta")
 def build_model(name: str, seed: int) -> Any:
     """The ``demo`` or ``adult`` model (see the module notes) for release seed ``seed``."""
     from numpyro_dpgm import Dataset, MarkovNetwork, load_demo
-    from numpyro_dpgm.experiments.convergence import demo_release
     from numpyro_dpgm.infer import noisy_marginals_model
     from numpyro_dpgm.privacy import simulate_release
+    from studies.convergence import demo_release
 
     if name == "demo":
         rel = demo_release(seed)

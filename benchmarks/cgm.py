@@ -7,7 +7,7 @@ Dirichlet(1) on every edge (``θ_e = log w``, ``w ~ Dirichlet(1)`` over the edge
 - ``er``: one connected Erdős–Rényi graph ``G(10, p = 0.3)`` (the paper does not state ``p``;
   resampled until connected from a fixed seed), shared by all populations.
 
-The model builders are those of the reproduction, :mod:`numpyro_dpgm.experiments.bernstein2017`
+The model builders are those of the reproduction, :mod:`studies.bernstein2017`
 (:func:`benchmarks.workloads.seed002_release`).
 
 For every model, population (``--trials``) and ε: ``N`` records are drawn from the model, every

@@ -53,7 +53,7 @@ def _cliques(workload: str) -> list[str]:
     if workload == "small":
         return SMALL
     if workload == "tree":
-        from numpyro_dpgm.experiments.demo import ADULT_TREE
+        from numpyro_dpgm.demo import ADULT_TREE
 
         return [",".join(c) for c in ADULT_TREE]
     raise ValueError(f"unknown workload {workload!r}; choose small or tree")

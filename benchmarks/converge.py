@@ -78,7 +78,7 @@ REACHED = 1.05
 # Measurements and errors
 # ------------------------------------------------------------------------------------------------
 def _cliques(name: str, dataset: Any) -> list[Clique]:
-    from numpyro_dpgm.experiments.mckenna2021 import adult_cliques
+    from studies.mckenna2021 import adult_cliques
 
     return adult_cliques(dataset.domain) if name == "c4" else list(
         adult_workload("tree", dataset).cliques)
@@ -94,9 +94,9 @@ def measure(dataset: Any, cliques: Sequence[Clique], name: str, epsilon: float,
     (measurements, truth, noise)
     """
     from numpyro_dpgm.data import count
-    from numpyro_dpgm.experiments.mckenna2021 import SIGMA_RDP
     from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
     from numpyro_dpgm.privacy.samplers import simulate_noise
+    from studies.mckenna2021 import SIGMA_RDP
 
     tables = count(dataset.records, list(cliques), dataset.domain)
     truth = {c: np.asarray(tables[c], dtype=float) for c in cliques}

@@ -59,7 +59,7 @@ def _setup(args: argparse.Namespace) -> dict[str, Any]:
     from numpyro_dpgm import MarkovNetwork
     from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
     from numpyro_dpgm.infer.bayes import conditional_coding
-    from numpyro_dpgm.inference import junction_tree as jt
+    from numpyro_dpgm.oracles import junction_tree as jt
 
     attrs = [f"x{i}" for i in range(args.attrs)]
     edges = list(zip(attrs[:-1], attrs[1:], strict=True))

@@ -64,7 +64,7 @@ EDGES = ADULT_EDGES
 
 
 def _tree() -> list:
-    from numpyro_dpgm.experiments.demo import ADULT_TREE
+    from numpyro_dpgm.demo import ADULT_TREE
 
     return list(ADULT_TREE)
 

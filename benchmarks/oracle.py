@@ -4,7 +4,7 @@ Both libraries get the same log-potentials on the same cliques, in one process, 
 on the same calls:
 
 - **oracle call**: log-potentials of the network's cliques in, marginals of the same cliques
-  out (``numpyro_dpgm.inference.junction_tree.marginals``; mbi's marginal oracles). Per-call
+  out (``numpyro_dpgm.oracles.junction_tree.marginals``; mbi's marginal oracles). Per-call
   time is the median (and minimum, quartiles) of ``--repeats`` calls after compilation, each
   ended by ``jax.block_until_ready``. The contenders are timed in interleaved rounds (one
   call of each per round), so that load from other processes falls on all of them alike.
@@ -178,8 +178,8 @@ def run_workload(wl: Workload, dataset: Any, args: argparse.Namespace) -> dict[s
     from mbi import marginal_oracles as mo
 
     from numpyro_dpgm import MarkovNetwork
-    from numpyro_dpgm.inference import junction_tree as jt
-    from numpyro_dpgm.inference.factored import _plan
+    from numpyro_dpgm.oracles import junction_tree as jt
+    from numpyro_dpgm.oracles.factored import factored_plan
 
     domain = dataset.domain
     net = MarkovNetwork(domain, wl.cliques)
@@ -205,7 +205,7 @@ def run_workload(wl: Workload, dataset: Any, args: argparse.Namespace) -> dict[s
         lambda: jt.log_partition(net, theta, args.method))
     if tree.containing(wl.query) is not None:
         raise RuntimeError(f"{wl.query} is inside a junction-tree clique of {wl.name}")
-    ours["factored_cliques"] = sum(_plan(net, args.method).factored)
+    ours["factored_cliques"] = sum(factored_plan(net, args.method).factored)
     first, q_ours = timed(lambda: jt.marginal(net, theta, wl.query, args.method))
     ours["out_of_model"] = {"query": list(wl.query), "first_query_on_network_ms": first * 1e3}
     ours["new_queries"] = []

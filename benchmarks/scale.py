@@ -3,12 +3,12 @@
 The two marginal oracles of Prox-PGM are timed as ``prox_pgm`` calls them,
 ``oracle(theta, state) -> (mu, log_z, state)``:
 
-- **exact**: :class:`numpyro_dpgm.inference.oracles.ExactOracle` (log-space sum-product on
+- **exact**: :class:`numpyro_dpgm.oracles.protocol.ExactOracle` (log-space sum-product on
   the min-fill junction tree). Junction trees with a clique above the memory cap
   (``--max-clique-bytes``, default the library's 1 GiB) are refused by the oracle with
-  :class:`~numpyro_dpgm.inference.memory.CliqueTooLargeError`; the refusal and its
+  :class:`~numpyro_dpgm.oracles.memory.CliqueTooLargeError`; the refusal and its
   message are recorded.
-- **convex_gbp**: :class:`numpyro_dpgm.inference.oracles.ConvexGBPOracle` (saturated
+- **convex_gbp**: :class:`numpyro_dpgm.oracles.protocol.ConvexGBPOracle` (saturated
   region graph, counting numbers 1, one warm-started sweep per call: APPGM's oracle, seed 003
   §4), called from the state of the previous call.
 
@@ -99,7 +99,7 @@ def _timed_calls(fn: Any, args: tuple, repeats: int) -> list[float]:
 
 def run_oracle(name: str, oracle: Any, theta: Any, repeats: int) -> dict[str, Any]:
     """Compile, time and measure one oracle on one network."""
-    from numpyro_dpgm.inference.memory import CliqueTooLargeError
+    from numpyro_dpgm.oracles.memory import CliqueTooLargeError
 
     state = oracle.init_state()
     try:
@@ -121,8 +121,8 @@ def run_oracle(name: str, oracle: Any, theta: Any, repeats: int) -> dict[str, An
 def run_workload(n: int, m: int, args: argparse.Namespace) -> dict[str, Any]:
     """Both oracles on a random network of ``n`` attributes and ``m`` pairwise cliques."""
     from numpyro_dpgm import Domain, MarkovNetwork
-    from numpyro_dpgm.inference import junction_tree as jt
-    from numpyro_dpgm.inference.oracles import ConvexGBPOracle, ExactOracle
+    from numpyro_dpgm.oracles import junction_tree as jt
+    from numpyro_dpgm.oracles.protocol import ConvexGBPOracle, ExactOracle
 
     rng = np.random.default_rng([args.seed, n, m])
     domain = Domain({f"x{i}": args.values for i in range(n)})
@@ -203,7 +203,7 @@ def main(args: argparse.Namespace) -> int:
     ``scale.csv`` under ``--out`` and returns 0 (bad options end it with a one-line message)."""
     import contextlib
 
-    from numpyro_dpgm.inference import memory
+    from numpyro_dpgm.oracles import memory
 
     jax.config.update("jax_enable_x64", True)
     attrs = [int(s) for s in args.attrs.split(",") if s]

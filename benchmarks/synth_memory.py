@@ -2,7 +2,7 @@
 
 Each configuration runs in a fresh Python process, so its peak resident memory
 (``ru_maxrss``) is that of the draw alone (plus the interpreter, JAX and the model). The model
-is Adult's demo network (``experiments.demo.ADULT_TREE`` plus every one-way marginal, the real
+is Adult's demo network (``numpyro_dpgm.demo.ADULT_TREE`` plus every one-way marginal, the real
 domain), with a batch of ``m`` log-potential vectors standing in for posterior draws; memory
 depends on the cliques and the number of records, not on the values of ``θ``.
 
@@ -27,7 +27,7 @@ import json, resource, sys, time
 import jax, numpyro
 numpyro.enable_x64()
 from numpyro_dpgm import MarkovNetwork, MarkovRandomField, load_demo, synthesize
-from numpyro_dpgm.experiments.demo import ADULT_TREE
+from numpyro_dpgm.demo import ADULT_TREE
 from numpyro_dpgm.synthesis import iter_synthetic, iter_synthetic_chunks
 records, datasets, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 domain = load_demo("adult").domain

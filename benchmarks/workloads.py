@@ -4,7 +4,7 @@
   (``numpyro_dpgm.load_demo()``), each with the out-of-model query :data:`QUERY`;
   :func:`adult_workload` builds either from the data set by name;
 - :func:`seed002_release`: a synthetic model of seed 002 (§4.1; the builders of
-  :mod:`numpyro_dpgm.experiments.bernstein2017`), records drawn from it and their Laplace
+  :mod:`studies.bernstein2017`), records drawn from it and their Laplace
   release;
 - :func:`mbi_problem`: Gaussian measurements as mbi 2.0 takes them (its domain and loss);
 - :data:`ADULT_EDGES` and :func:`adult_data`: networks of edges of the demo's tree, on Adult or
@@ -167,7 +167,7 @@ def seed002_release(model: str, values: int, seed: int, n: int,
     """A synthetic model of seed 002, ``n`` records from it and the Laplace release of its edges.
 
     The network has 10 nodes of ``values`` values on the edges of
-    :func:`~numpyro_dpgm.experiments.bernstein2017.model_edges` (``"chain3"`` or ``"er"``), its
+    :func:`~studies.bernstein2017.model_edges` (``"chain3"`` or ``"er"``), its
     log-potentials are ``log w``, ``w ~ Dirichlet(1)`` per edge (generator ``seed``); the
     records come from ``MarkovRandomField.sample`` (key ``seed``) and every edge table is
     released at ``epsilon`` (add/remove neighbours, the JAX simulation sampler, key
@@ -194,8 +194,8 @@ def seed002_release(model: str, values: int, seed: int, n: int,
     import jax
 
     from numpyro_dpgm import MarkovRandomField
-    from numpyro_dpgm.experiments.bernstein2017 import dirichlet_theta, synthetic_network
     from numpyro_dpgm.privacy import simulate_release
+    from studies.bernstein2017 import dirichlet_theta, synthetic_network
 
     net = synthetic_network(model, values)
     edges = list(net.cliques)
@@ -249,7 +249,7 @@ def adult_data(edges: Sequence[Clique], records: int | None, seed: int) -> tuple
 
     from numpyro_dpgm import Dataset, MarkovNetwork, load_demo
     from numpyro_dpgm.data import count
-    from numpyro_dpgm.inference import junction_tree as jt
+    from numpyro_dpgm.oracles import junction_tree as jt
 
     adult = load_demo()
     attrs = [a for a in adult.domain.attrs if any(a in e for e in edges)]
@@ -344,7 +344,7 @@ def releases(name: str, size: int | None, eps: float, seeds: range) -> Iterator[
     truth, ``tables`` the records' true tables of the released cliques."""
     if name in ("adult", "titanic"):
         from numpyro_dpgm.data import load_demo
-        from numpyro_dpgm.experiments.demo import ADULT_TREE
+        from numpyro_dpgm.demo import ADULT_TREE
 
         if name == "adult":
             dataset = load_demo("adult")

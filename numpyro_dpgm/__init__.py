@@ -6,8 +6,9 @@ and privacy accounting (:func:`release`, :class:`PrivacyLedger`, :class:`PureDP`
 estimators (:func:`naive_mle`, :func:`prox_pgm`, :func:`cgm_em`, ...) with their
 :class:`Result`, the mechanisms (:func:`mst`, :func:`aim`, :func:`mwem_pgm`), synthesis,
 Rubin's rules and files; the subpackages
-(``dpgm.distributions``, ``dpgm.infer``, ``dpgm.inference``, ``dpgm.estimation``,
-``dpgm.mechanisms``, ``dpgm.privacy``, ``dpgm.io``, ``dpgm.metrics``) hold the rest.
+(``dpgm.distributions``, ``dpgm.infer``, ``dpgm.oracles``, ``dpgm.estimation``,
+``dpgm.learners``, ``dpgm.mechanisms``, ``dpgm.privacy``, ``dpgm.io``, ``dpgm.metrics``) hold
+the rest.
 
 The names load on first use (PEP 562), so ``import numpyro_dpgm`` and ``dpgm --help`` do not
 pay for JAX, NumPyro and ArviZ until something needs them. Importing the package sets no global
@@ -40,15 +41,15 @@ _SOURCES: dict[str, str] = {
     "read_domain": ".encoding",
     "Result": ".estimation",
     "cgm_em": ".estimation",
-    "learn_ising": ".estimation",
-    "learn_pairwise": ".estimation",
-    "learn_structure": ".estimation",
-    "learn_twise": ".estimation",
+    "learn_ising": ".learners",
+    "learn_pairwise": ".learners",
+    "learn_structure": ".learners",
+    "learn_twise": ".learners",
     "mcem": ".estimation",
     "naive_mle": ".estimation",
     "posterior_mean": ".estimation",
     "prox_pgm": ".estimation",
-    "psgd": ".estimation",
+    "psgd": ".learners",
     "variational_em": ".estimation",
     "FileFormatError": ".io",
     "load_ledger": ".io",
@@ -81,8 +82,8 @@ _SOURCES: dict[str, str] = {
 }
 
 #: The subpackages the namespace gives as attributes.
-_SUBPACKAGES = ("distributions", "estimation", "infer", "inference", "io", "mechanisms", "metrics",
-                "privacy")
+_SUBPACKAGES = ("distributions", "estimation", "infer", "io", "learners", "mechanisms", "metrics",
+                "oracles", "privacy")
 
 __all__ = sorted([*_SOURCES, *_SUBPACKAGES])
 
@@ -90,10 +91,11 @@ if TYPE_CHECKING:  # the static view of the lazy names
     from . import distributions as distributions
     from . import estimation as estimation
     from . import infer as infer
-    from . import inference as inference
     from . import io as io
+    from . import learners as learners
     from . import mechanisms as mechanisms
     from . import metrics as metrics
+    from . import oracles as oracles
     from . import privacy as privacy
     from .combining import (
         CombinedEstimate as CombinedEstimate,
@@ -144,18 +146,6 @@ if TYPE_CHECKING:  # the static view of the lazy names
         cgm_em as cgm_em,
     )
     from .estimation import (
-        learn_ising as learn_ising,
-    )
-    from .estimation import (
-        learn_pairwise as learn_pairwise,
-    )
-    from .estimation import (
-        learn_structure as learn_structure,
-    )
-    from .estimation import (
-        learn_twise as learn_twise,
-    )
-    from .estimation import (
         mcem as mcem,
     )
     from .estimation import (
@@ -166,9 +156,6 @@ if TYPE_CHECKING:  # the static view of the lazy names
     )
     from .estimation import (
         prox_pgm as prox_pgm,
-    )
-    from .estimation import (
-        psgd as psgd,
     )
     from .estimation import (
         variational_em as variational_em,
@@ -193,6 +180,21 @@ if TYPE_CHECKING:  # the static view of the lazy names
     )
     from .io import (
         save_model as save_model,
+    )
+    from .learners import (
+        learn_ising as learn_ising,
+    )
+    from .learners import (
+        learn_pairwise as learn_pairwise,
+    )
+    from .learners import (
+        learn_structure as learn_structure,
+    )
+    from .learners import (
+        learn_twise as learn_twise,
+    )
+    from .learners import (
+        psgd as psgd,
     )
     from .measurements import (
         DiscreteGaussian as DiscreteGaussian,

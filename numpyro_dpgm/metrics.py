@@ -11,8 +11,8 @@ import numpy as np
 
 from ._jit import device_array
 from .distributions.mrf import MarkovRandomField
-from .inference import junction_tree as jt
 from .network import MarkovNetwork
+from .oracles import junction_tree as jt
 from .tables import CliqueTables, project_table
 
 __all__ = ["kl_divergence", "embed_theta", "total_variation", "marginal_l1_error",

@@ -9,7 +9,7 @@ draw; analyses of the ``m`` data sets are combined with :func:`numpyro_dpgm.comb
 
 Records are drawn by exact forward sampling on the junction tree
 (:meth:`MarkovRandomField.sample`, ``sampling="sample"``), or made by rounding the model's
-expected counts along it (``sampling="round"``, :mod:`numpyro_dpgm.inference.rounding`, the
+expected counts along it (``sampling="round"``, :mod:`numpyro_dpgm.oracles.rounding`, the
 default of Private-PGM): every attribute's counts within each group of records that share its
 parents are the floor or the ceiling of their expected counts, with no sampling noise. A
 mechanism's ``Result`` names its own default (``extras["sampling"]``: ``"round"`` for MST and
@@ -38,8 +38,8 @@ from ._warnings import warn
 from .distributions.constraints import decomposable_layout
 from .distributions.mrf import MarkovRandomField
 from .infer.bayes import reference_coding
-from .inference.rounding import check_rounding_memory, round_records
 from .network import MarkovNetwork
+from .oracles.rounding import check_rounding_memory, round_records
 from .tables import project_table
 
 __all__ = ["SAMPLE_CHUNK", "SyntheticChunk", "UnmodelledAttributesWarning", "iter_synthetic",
@@ -371,13 +371,13 @@ def synthesize(
     sampling : {"sample", "round"}, optional
         ``"sample"``: records drawn independently by forward sampling, :data:`SAMPLE_CHUNK` at a
         time (memory bounded by a chunk). ``"round"``: the model's expected counts rounded to
-        integers along the junction tree (:mod:`numpyro_dpgm.inference.rounding`): within each
+        integers along the junction tree (:mod:`numpyro_dpgm.oracles.rounding`): within each
         group of records sharing an attribute's parents, that attribute's counts are the floor
         or ceiling of their expected counts, so the first attribute's one-way counts are within
         1 of ``N·p`` and no sampling noise is added; the same ``rng_key`` gives the same
         records. Rounding makes all records of a data set at once, in host memory (about
         ``16 d + 48`` bytes a record for ``d`` attributes: 0.9 GB for 3 million records of
-        Adult's 15), and raises :class:`~numpyro_dpgm.inference.rounding.RoundingMemoryError`
+        Adult's 15), and raises :class:`~numpyro_dpgm.oracles.rounding.RoundingMemoryError`
         where that exceeds the machine's memory. Default: the source's own choice, a
         mechanism's ``Result.extras["sampling"]`` (``"round"`` for MST and AIM), otherwise
         ``"sample"``.

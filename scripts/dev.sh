@@ -119,7 +119,7 @@ case "$cmd" in
            --durations=25 --durations-min=5 "$@" ;;
   bench) ensure_venv dev,bench; exec "$venv/bin/python" -m benchmarks "$@" ;;
   docs)  ensure_venv dev; exec "$venv/bin/mkdocs" build --strict --site-dir site "$@" ;;
-  lint)  ensure_venv dev; exec "$venv/bin/ruff" check numpyro_dpgm tests benchmarks scripts ;;
+  lint)  ensure_venv dev; exec "$venv/bin/ruff" check numpyro_dpgm studies tests benchmarks scripts ;;
   plain) plain_check ;;
   lock)  refresh_lock ;;
   *) sed -n '2,15p' "$0"; exit 1 ;;

@@ -12,8 +12,9 @@ jax.config.update("jax_enable_x64", True)
 # process-wide); tests/test_compilation_cache.py turns it on in child processes
 os.environ["DPGM_COMPILATION_CACHE"] = "off"
 
-# make tests/oracles importable as `oracles`
+# make tests/oracles importable as `oracles`, and the source checkout's studies/ and benchmarks/
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

@@ -23,17 +23,11 @@ from numpyro_dpgm import CliqueTables, Domain, MarkovNetwork, MarkovRandomField,
 from numpyro_dpgm._precision import Float32Warning
 from numpyro_dpgm.data import count_file
 from numpyro_dpgm.distributions import CollectiveGraphicalModel, GaussianNoise, LaplaceNoise
-from numpyro_dpgm.estimation import (
-    cgm_em,
-    learn_ising,
-    learn_pairwise,
-    naive_mle,
-    private_frank_wolfe,
-    prox_pgm,
-)
-from numpyro_dpgm.inference import junction_tree as jt
+from numpyro_dpgm.estimation import cgm_em, naive_mle, prox_pgm
+from numpyro_dpgm.learners import learn_ising, learn_pairwise, private_frank_wolfe
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
 from numpyro_dpgm.mechanisms import mwem_pgm
+from numpyro_dpgm.oracles import junction_tree as jt
 from numpyro_dpgm.privacy import (
     ZCDP,
     ApproxDP,
@@ -429,7 +423,6 @@ CLI_CASES: list[tuple[str, Callable[[Any], list[str]], str]] = [
      "expected a file name ending in .csv"),
     ("synth-missing-model", lambda t: ["synth", str(t / "none.json"), "--out", str(t / "s.csv")],
      "does not exist"),
-    ("reproduce-unknown", lambda t: ["reproduce", "no-such-paper"], "unknown experiment"),
     # outputs: no silent overwrite, never an input, never a recorded release
     ("release-out-exists", lambda t: _out(t, "taken.json"),
      r"output .*taken.json exists; give --force"),
@@ -453,8 +446,6 @@ CLI_CASES: list[tuple[str, Callable[[Any], list[str]], str]] = [
     ("demo-out-exists", lambda t: ["demo", "--out", str(t / "demo")],
      "already holds summary.json; give --force"),
     ("demo-out-is-file", lambda t: ["demo", "--out", str(t / "x.csv")], "is a file"),
-    ("reproduce-out-not-empty", lambda t: ["reproduce", "zhang2020", "--quick", "--out",
-                                           str(t / "demo")], "already holds summary.json"),
     # brackets in messages are printed, not read as markup
     ("release-domain-brackets", lambda t: ["release", str(t / "x.csv"), "--domain",
                                            str(t / "list-domain.json"), "--clique", "a",
@@ -607,8 +598,8 @@ def test_a_fit_warns_about_cliques_with_more_cells_than_records() -> None:
 
 
 def test_exact_inference_refuses_a_tree_larger_than_the_machine(monkeypatch) -> None:
-    from numpyro_dpgm.inference import memory
-    from numpyro_dpgm.inference.triangulation import build_junction_tree
+    from numpyro_dpgm.oracles import memory
+    from numpyro_dpgm.oracles.triangulation import build_junction_tree
 
     net = MarkovNetwork({"a": 10, "b": 10, "c": 10}, [("a", "b"), ("b", "c")])
     tree = build_junction_tree(net)

@@ -183,7 +183,7 @@ def test_adult_workloads_by_name() -> None:
 
 
 def test_seed002_release_is_the_reproduction_model() -> None:
-    from numpyro_dpgm.experiments.bernstein2017 import dirichlet_theta, model_edges
+    from studies.bernstein2017 import dirichlet_theta, model_edges
 
     net, truth, meas, b = workloads.seed002_release("chain3", 2, 5, 50, 2.0)
     assert list(net.cliques) == model_edges("chain3")

@@ -37,29 +37,6 @@ def test_bad_input_gives_one_line_errors_and_exit_code_2(tmp_path):
     result = runner.invoke(app, ["demo", "--epsilon", "0", "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "--epsilon must be positive" in result.output
-    result = runner.invoke(app, ["reproduce", "no-such-paper"])
-    assert result.exit_code == 2
-    assert "unknown experiment" in result.output
-
-
-def test_reproduce_lists_every_reproducible_experiment():
-    # a reproduction is a module or a package of experiments/ with run(out, quick=...)
-    import importlib
-    import inspect
-    import pkgutil
-
-    import numpyro_dpgm.experiments as experiments
-    from numpyro_dpgm.cli._jobs import EXPERIMENTS
-
-    found = set()
-    for info in pkgutil.iter_modules(experiments.__path__):
-        if info.name.startswith("_"):
-            continue
-        run = getattr(importlib.import_module(f"{experiments.__name__}.{info.name}"), "run", None)
-        if callable(run) and "quick" in inspect.signature(run).parameters:
-            found.add(info.name)
-    assert found == {"bernstein2017", "mckenna2021", "zhang2020"}
-    assert sorted(EXPERIMENTS) == sorted(found)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -323,7 +300,7 @@ def test_fit_and_synth_bad_files(tmp_path, chain):
 
 
 def test_help_everywhere():
-    for command in ([], ["release"], ["fit"], ["synth"], ["bench"], ["demo"], ["reproduce"]):
+    for command in ([], ["release"], ["fit"], ["synth"], ["bench"], ["demo"]):
         result = runner.invoke(app, command + ["--help"])
         assert result.exit_code == 0 and "Usage" in result.output
 
@@ -433,16 +410,10 @@ def test_no_output_replaces_an_existing_file_without_force(tmp_path, labelled, c
         assert str(taken) in line and taken.read_text() == "keep me"
         _ok(command + ["-o", taken, "--force"])
         assert taken.read_text() != "keep me"
-    # demo and reproduce: existing files in the output folder are refused before any work
+    # demo: existing files in the output folder are refused before any work
     (tmp_path / "demo").mkdir()
     (tmp_path / "demo" / "errors.png").write_text("keep me")
     _fails(["demo", "--out", tmp_path / "demo"], "already holds errors.png; give --force")
-    (tmp_path / "repro").mkdir()
-    (tmp_path / "repro" / "notes.txt").write_text("keep me")
-    _fails(["reproduce", "zhang2020", "--quick", "--out", tmp_path / "repro"],
-           "already holds notes.txt")
-    _fails(["reproduce", "zhang2020", "--quick", "--out", tmp_path / "repro" / "notes.txt"],
-           "is a file")
     assert (tmp_path / "demo" / "errors.png").read_text() == "keep me"
 
 
@@ -518,7 +489,7 @@ def test_error_messages_keep_square_brackets(tmp_path):
 
 
 def test_table_writes_are_atomic(tmp_path, monkeypatch):
-    from numpyro_dpgm.cli._common import _write_table
+    from numpyro_dpgm.cli._common import write_table
 
     frame = pd.DataFrame({"a": range(1000)})
     target = tmp_path / "s.csv"
@@ -530,11 +501,11 @@ def test_table_writes_are_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", broken)
     with pytest.raises(OSError, match="disk full"):
-        _write_table(frame, target)
+        write_table(frame, target)
     assert target.read_text() == "old" and sorted(tmp_path.iterdir()) == [target]
     monkeypatch.undo()
     # the temporary file has the output's suffix, so a .csv.gz comes out gzip-compressed
-    _write_table(frame, tmp_path / "s.csv.gz")
+    write_table(frame, tmp_path / "s.csv.gz")
     assert (tmp_path / "s.csv.gz").read_bytes()[:2] == b"\x1f\x8b"
     assert pd.read_csv(tmp_path / "s.csv.gz")["a"].tolist() == list(range(1000))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.csv", "s.csv.gz"]
@@ -567,7 +538,7 @@ def test_demo_default_folder_is_its_own(tmp_path, monkeypatch):
     (tmp_path / "outputs" / "demo").mkdir(parents=True)
     (tmp_path / "outputs" / "demo" / "summary.json").write_text("{}")
     calls = []
-    monkeypatch.setattr("numpyro_dpgm.experiments.demo.run_demo",
+    monkeypatch.setattr("numpyro_dpgm.demo.run_demo",
                         lambda *a, **k: calls.append(a[1]) or (_ for _ in ()).throw(
                             RuntimeError("stop after the checks")))
     result = runner.invoke(app, ["demo", "--seed", "0"])
@@ -759,28 +730,3 @@ def test_nuts_with_the_conditional_coding(tmp_path):
     _fails(["fit", meas, "--coding", "reference", "-o", tmp_path / "x.json"],
            "--coding applies to --method nuts only", tmp_path / "x.json")
 
-
-def test_reproduce_set_bounds_a_run_and_refuses_bad_settings(tmp_path):
-    """``--set KEY=VALUE`` replaces settings of mckenna2021's run (a bounded run: the
-    scalability part alone at two clique counts); bad settings fail before anything is written."""
-    import csv
-
-    out = tmp_path / "bounded"
-    _ok(["reproduce", "mckenna2021", "--quick", "--out", out, "--set", "parts=scalability",
-         "--set", "scal_m=1,8", "--set", "scal_iters=2", "--set", "oracles=exact"])
-    with open(out / "scalability.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert [(r["m"], r["oracle"]) for r in rows] == [("1", "exact"), ("8", "exact")]
-    assert not (out / "adult_errors.csv").exists()
-    bad = tmp_path / "bad"
-    for setting, needle in (("nope=1", "unknown settings ['nope']"),
-                            ("epsilons", "--set expects KEY=VALUE"),
-                            ("epsilons=", "--set expects KEY=VALUE"),
-                            ("epsilons=7", "epsilons must be among"),
-                            ("oracles=exact,bp", "oracles must be a non-empty subset"),
-                            ("iters_exact=0", "iters_exact must be a positive integer")):
-        _fails(["reproduce", "mckenna2021", "--quick", "--out", bad, "--set", setting], needle)
-        assert not bad.exists()
-    _fails(["reproduce", "zhang2020", "--quick", "--out", bad, "--set", "trials=1"],
-           "zhang2020 has no settings to replace")
-    assert not bad.exists()

@@ -70,7 +70,7 @@ def test_a_second_fit_loads_the_programs_and_writes_the_same_model(tmp_path):
 
 
 
-def test_bench_and_reproduce_leave_the_cache_off(monkeypatch):
+def test_bench_leaves_the_cache_off(monkeypatch):
     """The commands that time compilation run without the cache; the others with it."""
     from typer.testing import CliRunner
 
@@ -79,7 +79,7 @@ def test_bench_and_reproduce_leave_the_cache_off(monkeypatch):
     calls = []
     monkeypatch.setattr(cli, "enable_compilation_cache", lambda: calls.append(True))
     runner = CliRunner()
-    for command in ("bench", "reproduce", "fit", "release"):
+    for command in ("bench", "fit", "release"):
         calls.clear()
         result = runner.invoke(cli.app, [command, "--help"])
         assert result.exit_code == 0, result.output

@@ -109,8 +109,8 @@ def _public_modules() -> list[str]:
         parts = rel.parts
         if parts[-1] == "__init__" or any(p.startswith("_") for p in parts):
             continue
-        if parts[1] in ("experiments", "cli"):
-            continue  # runnable studies and the command line have pages of their own
+        if parts[1] in ("demo", "cli"):
+            continue  # the demo and the command line have pages of their own
         tree = ast.parse(f.read_text())
         if any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "__all__"
                                                   for t in n.targets) for n in tree.body):

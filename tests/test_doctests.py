@@ -1,10 +1,11 @@
-"""The ``>>>`` examples in the package's docstrings run, each as one test case.
+"""The ``>>>`` examples in the docstrings of the package and of ``studies/`` run, each as one
+test case.
 
-Every module of the package is imported (:func:`pkgutil.walk_packages`) and its doctests are
-collected with :class:`doctest.DocTestFinder`; each example runs in a namespace of its own
-module's globals, with float64 on (``conftest``), ``NORMALIZE_WHITESPACE`` and ``ELLIPSIS``
-(write ``0.3...`` where a number prints at full precision), and numpy printing at its legacy-free
-defaults. Examples should be cheap: tiny domains, a few iterations.
+Every module of the package and of the studies is imported (:func:`pkgutil.walk_packages`)
+and its doctests are collected with :class:`doctest.DocTestFinder`; each example runs in a
+namespace of its own module's globals, with float64 on (``conftest``), ``NORMALIZE_WHITESPACE``
+and ``ELLIPSIS`` (write ``0.3...`` where a number prints at full precision), and numpy printing
+at its legacy-free defaults. Examples should be cheap: tiny domains, a few iterations.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 import numpyro_dpgm
+import studies
 
 #: Modules not imported for doctest collection (they need optional dependencies).
 SKIP_MODULES: dict[str, str] = {}
@@ -28,10 +30,12 @@ FLAGS = doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS
 
 
 def _modules() -> list[str]:
-    names = [numpyro_dpgm.__name__]
-    for info in pkgutil.walk_packages(numpyro_dpgm.__path__, prefix="numpyro_dpgm."):
-        if info.name not in SKIP_MODULES:
-            names.append(info.name)
+    names = []
+    for package in (numpyro_dpgm, studies):
+        names.append(package.__name__)
+        for info in pkgutil.walk_packages(package.__path__, prefix=f"{package.__name__}."):
+            if info.name not in SKIP_MODULES:
+                names.append(info.name)
     return sorted(names)
 
 

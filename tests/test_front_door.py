@@ -33,7 +33,7 @@ PROMISED = {
     "load_measurements", "save_ledger", "load_ledger",
 }
 
-SUBPACKAGES = ("distributions", "infer", "inference", "estimation", "mechanisms", "privacy", "io",
+SUBPACKAGES = ("distributions", "infer", "oracles", "estimation", "mechanisms", "privacy", "io",
                "metrics")
 
 

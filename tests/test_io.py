@@ -22,7 +22,7 @@ from numpyro_dpgm.io import (
     save_measurements,
     save_model,
 )
-from numpyro_dpgm.io._files import _write
+from numpyro_dpgm.io._files import write_document
 from numpyro_dpgm.measurements import (
     DiscreteGaussian,
     DiscreteLaplace,
@@ -183,12 +183,12 @@ def test_corrupt_files(tmp_path):
     net_doc = json.loads(text)
     body = {k: v for k, v in net_doc.items()
             if k not in ("format", "version", "library_version", "checksum")}
-    _write(tmp_path / "missing.json", io.MODEL_FORMAT,
+    write_document(tmp_path / "missing.json", io.MODEL_FORMAT,
               {k: v for k, v in body.items() if k != "theta"})
     with pytest.raises(FileFormatError, match=r"missing \['theta'\]"):
         load_model(tmp_path / "missing.json")
     body["theta"] = {"dtype": "float64", "shape": [5], "data": [0.0] * 5}
-    _write(tmp_path / "shape.json", io.MODEL_FORMAT, body)
+    write_document(tmp_path / "shape.json", io.MODEL_FORMAT, body)
     with pytest.raises(FileFormatError, match=r"theta has shape \(5,\)"):
         load_model(tmp_path / "shape.json")
 

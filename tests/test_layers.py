@@ -4,12 +4,13 @@ own layer or the layers below, without cycles.
 The layers, bottom to top:
 
 1. core: domains, tables, networks, measurements, data in, accounting arithmetic;
-2. oracles (``inference/``): marginal inference and its inverse (the MLE fit);
+2. oracles (``oracles/``): marginal inference and its inverse (the MLE fit);
 3. distributions (``distributions/``) and the accuracy measures between models;
 4. infer (``infer/``): NumPyro handlers, Bayesian models, EM with its E- and M-steps;
-5. estimation (``estimation/``): estimators from measurements, learners from records;
+5. estimation (``estimation/``, ``learners/``): estimators from measurements, learners from
+   records;
 6. mechanisms and outputs: releases, MWEM-style mechanisms, synthesis, files;
-7. front ends: the package namespace, the command line and the experiments.
+7. front ends: the package namespace, the command line and the demo.
 
 A package's ``__init__`` sits in the layer of the highest module it re-exports. Imports inside
 functions count like module-level ones: a function-level import may save start-up time, but it
@@ -51,20 +52,20 @@ LAYERS = {
     "numpyro_dpgm.privacy.ledger": CORE,
     "numpyro_dpgm.privacy.sensitivity": CORE,
     # 2. oracles
-    "numpyro_dpgm.inference": ORACLES,
-    "numpyro_dpgm.inference.junction_tree": ORACLES,
-    "numpyro_dpgm.inference.triangulation": ORACLES,
-    "numpyro_dpgm.inference.memory": ORACLES,
-    "numpyro_dpgm.inference.calibration": ORACLES,
-    "numpyro_dpgm.inference.queries": ORACLES,
-    "numpyro_dpgm.inference.factored": ORACLES,
-    "numpyro_dpgm.inference.region_graph": ORACLES,
-    "numpyro_dpgm.inference._region_layout": ORACLES,
-    "numpyro_dpgm.inference.gbp": ORACLES,
-    "numpyro_dpgm.inference.oracles": ORACLES,  # what mirror descent calls: exact, Convex-GBP
-    "numpyro_dpgm.inference.nlbp": ORACLES,
-    "numpyro_dpgm.inference.mle": ORACLES,  # θ from marginals: the oracle run backwards
-    "numpyro_dpgm.inference.rounding": ORACLES,  # records by rounding expected counts
+    "numpyro_dpgm.oracles": ORACLES,
+    "numpyro_dpgm.oracles.junction_tree": ORACLES,
+    "numpyro_dpgm.oracles.triangulation": ORACLES,
+    "numpyro_dpgm.oracles.memory": ORACLES,
+    "numpyro_dpgm.oracles.calibration": ORACLES,
+    "numpyro_dpgm.oracles.queries": ORACLES,
+    "numpyro_dpgm.oracles.factored": ORACLES,
+    "numpyro_dpgm.oracles.region_graph": ORACLES,
+    "numpyro_dpgm.oracles._region_layout": ORACLES,
+    "numpyro_dpgm.oracles.gbp": ORACLES,
+    "numpyro_dpgm.oracles.protocol": ORACLES,  # what mirror descent calls: exact, Convex-GBP
+    "numpyro_dpgm.oracles.nlbp": ORACLES,
+    "numpyro_dpgm.oracles.mle": ORACLES,  # θ from marginals: the oracle run backwards
+    "numpyro_dpgm.oracles.rounding": ORACLES,  # records by rounding expected counts
     # 3. distributions
     "numpyro_dpgm.distributions": DISTRIBUTIONS,
     "numpyro_dpgm.distributions.cgm": DISTRIBUTIONS,
@@ -116,18 +117,19 @@ LAYERS = {
     "numpyro_dpgm.estimation.mirror_descent": ESTIMATION,
     "numpyro_dpgm.estimation.risk_stop": ESTIMATION,
     "numpyro_dpgm.estimation.prox_pgm": ESTIMATION,
-    "numpyro_dpgm.estimation.psgd": ESTIMATION,
-    "numpyro_dpgm.estimation.frank_wolfe": ESTIMATION,
-    "numpyro_dpgm.estimation.private_mrf": ESTIMATION,
-    "numpyro_dpgm.estimation.private_mrf._inputs": ESTIMATION,
-    "numpyro_dpgm.estimation.private_mrf._regressions": ESTIMATION,
-    "numpyro_dpgm.estimation.private_mrf._charges": ESTIMATION,
-    "numpyro_dpgm.estimation.private_mrf.ising": ESTIMATION,
-    "numpyro_dpgm.estimation.private_mrf.pairwise": ESTIMATION,
-    "numpyro_dpgm.estimation.private_mrf.twise": ESTIMATION,
-    "numpyro_dpgm.estimation.private_mrf.parities": ESTIMATION,
-    "numpyro_dpgm.estimation.private_mrf.structure": ESTIMATION,
-    "numpyro_dpgm.estimation.private_mrf.conversions": ESTIMATION,
+    "numpyro_dpgm.learners": ESTIMATION,
+    "numpyro_dpgm.learners.psgd": ESTIMATION,
+    "numpyro_dpgm.learners.frank_wolfe": ESTIMATION,
+    "numpyro_dpgm.learners.private_mrf": ESTIMATION,
+    "numpyro_dpgm.learners.private_mrf._inputs": ESTIMATION,
+    "numpyro_dpgm.learners.private_mrf._regressions": ESTIMATION,
+    "numpyro_dpgm.learners.private_mrf._charges": ESTIMATION,
+    "numpyro_dpgm.learners.private_mrf.ising": ESTIMATION,
+    "numpyro_dpgm.learners.private_mrf.pairwise": ESTIMATION,
+    "numpyro_dpgm.learners.private_mrf.twise": ESTIMATION,
+    "numpyro_dpgm.learners.private_mrf.parities": ESTIMATION,
+    "numpyro_dpgm.learners.private_mrf.structure": ESTIMATION,
+    "numpyro_dpgm.learners.private_mrf.conversions": ESTIMATION,
     # 6. mechanisms and outputs
     "numpyro_dpgm.privacy.samplers": MECHANISMS,  # needs distributions.noise
     "numpyro_dpgm.privacy.releases": MECHANISMS,  # needs distributions.noise and data only
@@ -161,19 +163,7 @@ LAYERS = {
     "numpyro_dpgm.cli._fit": FRONT,
     "numpyro_dpgm.cli._synth": FRONT,
     "numpyro_dpgm.cli._mechanism": FRONT,
-    "numpyro_dpgm.experiments": FRONT,
-    "numpyro_dpgm.experiments._common": FRONT,
-    "numpyro_dpgm.experiments.demo": FRONT,
-    "numpyro_dpgm.experiments.convergence": FRONT,
-    "numpyro_dpgm.experiments.bernstein2017": FRONT,
-    "numpyro_dpgm.experiments.bernstein2017.fits": FRONT,
-    "numpyro_dpgm.experiments.bernstein2017.mobility": FRONT,
-    "numpyro_dpgm.experiments.bernstein2017.models": FRONT,
-    "numpyro_dpgm.experiments.bernstein2017.report": FRONT,
-    "numpyro_dpgm.experiments.bernstein2017.study": FRONT,
-    "numpyro_dpgm.experiments.bernstein2017.synthetic": FRONT,
-    "numpyro_dpgm.experiments.mckenna2021": FRONT,
-    "numpyro_dpgm.experiments.zhang2020": FRONT,
+    "numpyro_dpgm.demo": FRONT,
 }
 
 

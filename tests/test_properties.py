@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 from oracles.brute_force import BruteForce, empirical_tv, tv_bound
 
 from numpyro_dpgm import Domain, MarkovNetwork, MarkovRandomField, count
-from numpyro_dpgm.inference import junction_tree as jt
-from numpyro_dpgm.inference.calibration import calibrate_marginals, clique_log_potentials
-from numpyro_dpgm.inference.gbp import convex_gbp
-from numpyro_dpgm.inference.region_graph import build_region_graph
+from numpyro_dpgm.oracles import junction_tree as jt
+from numpyro_dpgm.oracles.calibration import calibrate_marginals, clique_log_potentials
+from numpyro_dpgm.oracles.gbp import convex_gbp
+from numpyro_dpgm.oracles.region_graph import build_region_graph
 from numpyro_dpgm.tables import project_table
 
 SETTINGS = dict(deadline=None, derandomize=True, database=None,

@@ -13,14 +13,14 @@ from typer.testing import CliRunner
 
 from numpyro_dpgm import MarkovNetwork, MarkovRandomField, synthesize
 from numpyro_dpgm.cli import app
-from numpyro_dpgm.inference import marginal
-from numpyro_dpgm.inference.rounding import (
+from numpyro_dpgm.io import save_model
+from numpyro_dpgm.oracles import marginal
+from numpyro_dpgm.oracles.rounding import (
     RoundingMemoryError,
     round_counts,
     round_records,
     rounding_order,
 )
-from numpyro_dpgm.io import save_model
 from numpyro_dpgm.synthesis import (
     SAMPLE_CHUNK,
     UnmodelledAttributesWarning,

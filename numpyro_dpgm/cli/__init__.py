@@ -1,7 +1,8 @@
 """The ``dpgm`` command line.
 
-``dpgm demo`` and ``dpgm reproduce`` run the bundled demo and the papers' reproductions. The
-private-data workflow is three commands, each reading the previous one's file:
+``dpgm demo`` runs the bundled demo (the papers' reproductions are ``python -m studies`` in a
+source checkout). The private-data workflow is three commands, each reading the previous one's
+file:
 
 ``dpgm release`` (records → measurements file), ``dpgm fit`` (measurements → model file),
 ``dpgm synth`` (model → synthetic CSV/Parquet; or, with ``--mechanism aim|mst``, records →
@@ -15,11 +16,11 @@ losing the file loses the release). Files are written atomically (a temporary fi
 folder, renamed into place). Messages are printed as plain text (no rich markup), so
 ``[labels]`` and other brackets show as written.
 
-Modules: one per command group (``_jobs``: demo, reproduce, bench; ``_release``; ``_fit``;
+Modules: one per command group (``_jobs``: demo, bench; ``_release``; ``_fit``;
 ``_synth`` with ``_mechanism``), with the plumbing they share (``_common``: errors, tables,
 output checks, budgets; ``_progress``: progress on stderr; ``_compilation_cache``: JAX's
 persistent compilation cache, on for every command unless ``DPGM_COMPILATION_CACHE=off``, and
-off for ``bench`` and ``reproduce``, whose timings include compilation). This module holds the
+off for ``bench``, whose timings include compilation). This module holds the
 app and registers the commands.
 """
 
@@ -27,10 +28,10 @@ from __future__ import annotations
 
 import typer
 
-from ._common import _warnings_as_lines
+from ._common import warnings_as_lines
 from ._compilation_cache import enable_compilation_cache
 from ._fit import fit
-from ._jobs import bench, demo, reproduce
+from ._jobs import bench, demo
 from ._release import release
 from ._synth import synth
 
@@ -43,7 +44,7 @@ app = typer.Typer(
 
 
 #: Commands whose timings include compilation: no persistent compilation cache for them.
-MEASURING = ("bench", "reproduce")
+MEASURING = ("bench",)
 
 
 @app.callback()
@@ -51,12 +52,11 @@ def main(ctx: typer.Context) -> None:
     """Differentially private learning of graphical models."""
     if ctx.invoked_subcommand not in MEASURING:
         enable_compilation_cache()
-    ctx.call_on_close(_warnings_as_lines())
+    ctx.call_on_close(warnings_as_lines())
 
 
 # commands in the order of ``dpgm --help``: the front-end jobs, then the private-data workflow
 app.command()(demo)
-app.command()(reproduce)
 app.command()(release)
 app.command()(fit)
 app.command()(synth)

@@ -28,24 +28,24 @@ Force = Annotated[bool, typer.Option(
     "measurements or ledger file that records a release)")]
 
 
-def _enable_x64() -> None:
+def enable_x64() -> None:
     import numpyro
 
     numpyro.enable_x64()
 
 
-def _fail(message: str) -> NoReturn:
+def fail(message: str) -> NoReturn:
     """One line on stderr, exit code 2."""
     line = " ".join(str(message).split())
     err_console.print(Text.assemble(("error:", "red"), " ", line), highlight=False)
     raise typer.Exit(INPUT_ERROR)
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
     err_console.print(Text.assemble(("warning:", "yellow"), " ", str(message)), highlight=False)
 
 
-def _warnings_as_lines() -> Callable[[], None]:
+def warnings_as_lines() -> Callable[[], None]:
     """Show Python warnings as ``warning: ...`` lines on stderr (as the commands' own); returns
     the function that puts the previous display back."""
     import warnings
@@ -54,7 +54,7 @@ def _warnings_as_lines() -> Callable[[], None]:
 
     def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
              line: Any = None) -> None:
-        _warn(" ".join(str(message).split()))
+        warn(" ".join(str(message).split()))
 
     warnings.showwarning = show
 
@@ -71,7 +71,7 @@ def _message(err: BaseException) -> str:
 
 
 @contextmanager
-def _input_errors() -> Iterator[None]:
+def input_errors() -> Iterator[None]:
     """Turn the library's input errors into one-line errors with exit code 2."""
     from ..privacy.ledger import BudgetExceededError
 
@@ -79,10 +79,10 @@ def _input_errors() -> Iterator[None]:
         yield
     except (ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError,
             IsADirectoryError, NotADirectoryError, BudgetExceededError) as err:
-        _fail(_message(err))
+        fail(_message(err))
 
 
-def _read_table(path: Path) -> Any:
+def read_table(path: Path) -> Any:
     import pandas as pd
 
     if not path.is_file():
@@ -101,7 +101,7 @@ def _read_table(path: Path) -> Any:
 TABLE_SUFFIXES = (".csv.gz", ".csv", ".parquet", ".pq")
 
 
-class _TableWriter:
+class TableWriter:
     """A CSV / Parquet file written chunk by chunk and put in place atomically.
 
     The chunks go to a temporary file in the same folder (with the output's suffix, so that a
@@ -161,9 +161,9 @@ def _open_text(path: Path) -> Any:
 
 
 @contextmanager
-def _table_writer(path: Path) -> Iterator[_TableWriter]:
-    """A :class:`_TableWriter` committed when the block ends and discarded if it raises."""
-    writer = _TableWriter(path)
+def _table_writer(path: Path) -> Iterator[TableWriter]:
+    """A :class:`TableWriter` committed when the block ends and discarded if it raises."""
+    writer = TableWriter(path)
     try:
         yield writer
         writer.commit()
@@ -172,8 +172,8 @@ def _table_writer(path: Path) -> Iterator[_TableWriter]:
         raise
 
 
-def _write_table(frame: Any, path: Path) -> None:
-    """Write a CSV / Parquet file atomically (see :class:`_TableWriter`)."""
+def write_table(frame: Any, path: Path) -> None:
+    """Write a CSV / Parquet file atomically (see :class:`TableWriter`)."""
     with _table_writer(path) as writer:
         writer.write(frame)
 
@@ -212,8 +212,8 @@ def _recorded_release(path: Path) -> str | None:
             "refused even with --force: write to another file")
 
 
-def _check_output(path: Path, suffixes: tuple[str, ...] | None = None, *, force: bool = False,
-                  inputs: tuple[Path | None, ...] = (), update: bool = False) -> None:
+def check_output(path: Path, suffixes: tuple[str, ...] | None = None, *, force: bool = False,
+                 inputs: tuple[Path | None, ...] = (), update: bool = False) -> None:
     """Refuse an output path that cannot or must not be written (before anything is read or
     written): a missing folder, a folder, a wrong suffix, a file the command reads (even with
     ``--force``), a file that records a spent release (even with ``--force``), or any other
@@ -242,7 +242,7 @@ def _check_output(path: Path, suffixes: tuple[str, ...] | None = None, *, force:
                               "another output")
 
 
-def _check_folder(out: Path, names: tuple[str, ...] | None, force: bool) -> None:
+def check_folder(out: Path, names: tuple[str, ...] | None, force: bool) -> None:
     """An output folder: refuse a file in its place, and without ``--force`` existing files
     among ``names`` (``None``: any file in the folder, whose names the command does not know
     in advance)."""
@@ -258,7 +258,7 @@ def _check_folder(out: Path, names: tuple[str, ...] | None, force: bool) -> None
                               "--force to overwrite, or choose another --out")
 
 
-def _budget(mechanism: str, epsilon: float, delta: float | None) -> Any:
+def release_budget(mechanism: str, epsilon: float, delta: float | None) -> Any:
     from ..privacy.guarantees import ApproxDP, PureDP
 
     if not epsilon > 0:
@@ -274,8 +274,8 @@ def _budget(mechanism: str, epsilon: float, delta: float | None) -> Any:
     return ApproxDP(epsilon, delta)
 
 
-def _ledger_for(ledger_path: Path | None, total_budget: float | None, delta: float | None,
-                spend: Any) -> tuple[Any, bool]:
+def ledger_for(ledger_path: Path | None, total_budget: float | None, delta: float | None,
+               spend: Any) -> tuple[Any, bool]:
     """The ledger to debit and whether it came from (and goes back to) ``ledger_path``."""
     from ..io import load_ledger
     from ..privacy.guarantees import ApproxDP, PureDP
@@ -299,12 +299,12 @@ def _ledger_for(ledger_path: Path | None, total_budget: float | None, delta: flo
     return PrivacyLedger(total), True
 
 
-def _labelled(encoded: Any) -> dict[str, list[Any]]:
+def labelled(encoded: Any) -> dict[str, list[Any]]:
     """Categories worth storing: attributes whose labels are not just their codes."""
     return {a: v for a, v in encoded.categories.items() if v != list(range(len(v)))}
 
 
-def _fmt(amount: Any) -> str:
+def fmt(amount: Any) -> str:
     if isinstance(amount, tuple):
         return "(" + ", ".join(f"{a:.6g}" for a in amount) + ")"
     return f"{amount:.6g}"

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import Force, _check_output, _enable_x64, _input_errors, console, err_console
-from ._progress import _mcmc_progress, _progress
+from ._common import Force, check_output, console, enable_x64, err_console, input_errors
+from ._progress import mcmc_progress, show_progress
 
 #: The point estimators come from the estimators' registry; ``nuts`` gives posterior draws.
 #: The estimators' command-line names, in the registry's order (``estimation.ESTIMATORS``,
@@ -112,7 +112,7 @@ def fit(
     from ..measurements import estimate_total
     from ..network import MarkovNetwork
 
-    with _input_errors():
+    with input_errors():
         if method not in METHODS:
             raise ValueError(f"unknown --method {method!r}; choose one of {list(METHODS)} (the "
                              "estimators' registry, numpyro_dpgm.estimation.ESTIMATORS, and nuts)")
@@ -150,7 +150,7 @@ def fit(
             raise ValueError(f"--stop applies to --method prox-pgm only, not {method}")
         if stop is not None and stop not in STOP_RULES:
             raise ValueError(f"unknown --stop {stop!r}; choose one of {list(STOP_RULES)}")
-        _check_output(out, force=force, inputs=(measurements,))
+        check_output(out, force=force, inputs=(measurements,))
         saved = load_measurements(measurements)
         cliques = list(dict.fromkeys(m.clique for m in saved.measurements))
         if not cliques:
@@ -160,7 +160,7 @@ def fit(
         unmeasured = [a for a in saved.domain.attrs if a not in measured]
         n_source = "given" if total is not None else ("public" if saved.total else "estimated")
         n = total or saved.total or float(estimate_total(saved.measurements))
-        _enable_x64()
+        enable_x64()
         t0 = time.perf_counter()
         if method == "nuts":
             result, options = _run_nuts(saved.measurements, network, n, iters or 500, chains,
@@ -285,7 +285,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
         bayes = bayes.with_relaxation("normal")
     until = (f", then batches of {draws} more until converged (up to {time_limit:g} s)"
              if time_limit else "")
-    with _mcmc_progress(f"NUTS, {chosen} path: {chains} chain(s) × ({draws} warm-up + {draws} "
+    with mcmc_progress(f"NUTS, {chosen} path: {chains} chain(s) × ({draws} warm-up + {draws} "
                         f"draws){until}") as bar:
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
                         num_chains=chains, init=start, progress_bar=bar,
@@ -367,7 +367,7 @@ def _run_fit(method: str, measurements: list[Any], network: Any, total: float | 
         options["seed"] = seed
     extra = {} if stop is None else {"stop": stop}
     options.update(extra)
-    with _progress(method, limit) as advance:
+    with show_progress(method, limit) as advance:
         result = estimator(measurements, network, total_count=total, rng_key=jax.random.key(seed),
                            max_iters=limit, callback=lambda i, _loss: advance(int(i)), **extra)
     return result, options

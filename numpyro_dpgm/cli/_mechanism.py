@@ -16,8 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ._common import _check_output, _fmt, _read_table, _warn, _write_table, console
-from ._progress import _stage
+from ._common import check_output, console, fmt, read_table, warn, write_table
+from ._progress import show_stage
 
 MECHANISMS = ("aim", "mst")
 
@@ -91,14 +91,14 @@ def run_mechanism(data: Path, paths: list[Path], *, mechanism: str, domain: Path
     from ..synthesis import UnmodelledAttributesWarning, iter_synthetic
 
     for path in paths:
-        _check_output(path, force=force, inputs=(data, domain, ledger))
+        check_output(path, force=force, inputs=(data, domain, ledger))
     if ledger is not None:
-        _check_output(ledger, update=True)
+        check_output(ledger, update=True)
     book, keep_ledger = _ledger(ledger, total_budget, budget.delta)
     dom, labels = read_domain(domain)
     if target is not None and target not in dom:
         raise KeyError(f"unknown --target column {target!r}; the domain has {list(dom.attrs)}")
-    frame = _read_table(data)
+    frame = read_table(data)
     encoded = encode(frame, dom, categories=labels)
     sampler = "jax" if seed is not None else "opendp"
     options: dict[str, Any] = {"budget": budget, "ledger": book, "sampler": sampler,
@@ -111,7 +111,7 @@ def run_mechanism(data: Path, paths: list[Path], *, mechanism: str, domain: Path
             options["max_model_size"] = max_model_size
     what = ("SIMULATION: seeded JAX sampler, seed " + str(seed) + "; not a real release"
             if seed is not None else "OpenDP (vetted samplers)")
-    with _stage(f"{mechanism.upper()} on {len(frame)} records at {budget}") as status:
+    with show_stage(f"{mechanism.upper()} on {len(frame)} records at {budget}") as status:
 
         def report(step: int, info: dict) -> None:
             status(f"{mechanism.upper()} round {step}: {info.get('selected', info.get('stage'))}")
@@ -120,17 +120,17 @@ def run_mechanism(data: Path, paths: list[Path], *, mechanism: str, domain: Path
                                                    callback=report, **options)
     num = records if records is not None else len(frame)
     draw_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
-    with _stage(f"{'rounding' if sampling == 'round' else 'sampling'} {num} records × "
-                f"{len(paths)} data set(s)"), \
+    with show_stage(f"{'rounding' if sampling == 'round' else 'sampling'} {num} records × "
+                    f"{len(paths)} data set(s)"), \
             warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnmodelledAttributesWarning)
         frames = iter_synthetic(run.model, num, len(paths), rng_key=draw_seed,
                                 categories=encoded.categories, drop_unmodelled=drop_unmodelled,
                                 sampling=sampling)
         for frame_out, path in zip(frames, paths, strict=True):
-            _write_table(frame_out, path)
+            write_table(frame_out, path)
     for w in caught[:1]:
-        _warn(str(w.message))
+        warn(str(w.message))
     spent = run.extras["ledger"]
     if keep_ledger:
         save_ledger(ledger, spent)
@@ -138,8 +138,8 @@ def run_mechanism(data: Path, paths: list[Path], *, mechanism: str, domain: Path
                   f"{len(run.extras['measurements'])} measurements at {budget} "
                   f"(ρ = {run.extras['rho']:.6g}); sampler: {what}", soft_wrap=True,
                   highlight=False)
-    console.print(f"ledger: spent {_fmt(spent.spent)} of {_fmt(spent.budget)} "
-                  f"({spent.currency}), remaining {_fmt(spent.remaining)}"
+    console.print(f"ledger: spent {fmt(spent.spent)} of {fmt(spent.budget)} "
+                  f"({spent.currency}), remaining {fmt(spent.remaining)}"
                   + (f"; updated {ledger}" if keep_ledger else ""), soft_wrap=True,
                   highlight=False)
     if len(paths) > 1:

@@ -26,7 +26,7 @@ def _progress_line(text: str) -> None:
 
 
 @contextmanager
-def _stage(description: str) -> Iterator[Callable[[str], None]]:
+def show_stage(description: str) -> Iterator[Callable[[str], None]]:
     """A stage of a command: a spinner on a terminal; elsewhere a line when it starts, a line per
     update (at most every :data:`PROGRESS_EVERY` seconds) and a line with its time when it ends.
     Yields ``update(message)``."""
@@ -49,9 +49,9 @@ def _stage(description: str) -> Iterator[Callable[[str], None]]:
 
 
 @contextmanager
-def _progress(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """Progress over ``total`` steps: a rich bar on a terminal; elsewhere :func:`_stage`'s lines,
-    each with the step, the elapsed time and an estimate of the time left. Yields
+def show_progress(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """Progress over ``total`` steps: a rich bar on a terminal; elsewhere :func:`show_stage`'s
+    lines, each with the step, the elapsed time and an estimate of the time left. Yields
     ``advance_to(i)``."""
     if err_console.is_terminal:
         columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
@@ -61,7 +61,7 @@ def _progress(description: str, total: int | None) -> Iterator[Callable[[int], N
             yield lambda i: progress.update(task, completed=i)
         return
     start = time.perf_counter()
-    with _stage(description) as update:
+    with show_stage(description) as update:
 
         def advance_to(i: int) -> None:
             if total is None or i <= 0:
@@ -136,9 +136,9 @@ class _ChainLines:
 
 
 @contextmanager
-def _mcmc_progress(description: str) -> Iterator[bool]:
+def mcmc_progress(description: str) -> Iterator[bool]:
     """Progress of NumPyro's MCMC: yields the ``progress_bar`` argument to give it. On a terminal
-    NumPyro's own bars (``True``); elsewhere ``progress:`` lines (:func:`_stage`) with the
+    NumPyro's own bars (``True``); elsewhere ``progress:`` lines (:func:`show_stage`) with the
     chain's phase and step, fed by NumPyro's per-step loop in place of its bar (chains one after
     another) or by its per-chain bars (chains in parallel); where these are not found (another
     NumPyro) or NumPyro turns them off (it does when the environment has ``CI`` or
@@ -149,7 +149,7 @@ def _mcmc_progress(description: str) -> Iterator[bool]:
         return
     import numpyro.util
 
-    with _stage(description) as update:
+    with show_stage(description) as update:
         if not (hasattr(getattr(numpyro.util, "tqdm", None), "trange")
                 and hasattr(numpyro.util, "tqdm_auto")):
             yield False

@@ -10,15 +10,15 @@ import typer
 
 from ._common import (
     Force,
-    _budget,
-    _check_output,
-    _fmt,
-    _input_errors,
-    _labelled,
-    _ledger_for,
-    _read_table,
-    _warn,
+    check_output,
     console,
+    fmt,
+    input_errors,
+    labelled,
+    ledger_for,
+    read_table,
+    release_budget,
+    warn,
 )
 
 
@@ -92,17 +92,17 @@ def release(
     from ..privacy import release as private_release
     from ..privacy import simulate_release
 
-    with _input_errors():
-        spend = _budget(mechanism, epsilon, delta)
+    with input_errors():
+        spend = release_budget(mechanism, epsilon, delta)
         clique_list = _parse_cliques(clique or [], cliques)
-        _check_output(out, force=force, inputs=(data, domain, cliques, ledger))
+        check_output(out, force=force, inputs=(data, domain, cliques, ledger))
         if ledger is not None:
-            _check_output(ledger, update=True)
-        book, keep_ledger = _ledger_for(ledger, budget, delta, spend)
-        frame = _read_table(data)
+            check_output(ledger, update=True)
+        book, keep_ledger = ledger_for(ledger, budget, delta, spend)
+        frame = read_table(data)
         if domain is None:
-            _warn("no --domain: inferring the domain from the private data discloses which "
-                  "values occur (not covered by ε); pass --domain for a private release")
+            warn("no --domain: inferring the domain from the private data discloses which "
+                 "values occur (not covered by ε); pass --domain for a private release")
             attrs = list(dict.fromkeys(a for c in clique_list for a in c))
             encoded = encode(frame, columns=attrs)
         else:
@@ -124,9 +124,9 @@ def release(
                 sampler = f"SIMULATION: seeded JAX sampler, seed {seed}; not a real release"
         for w in caught:
             if issubclass(w.category, UserWarning):
-                _warn(str(w.message))
+                warn(str(w.message))
         total = float(len(frame)) if neighbours in ("replace_one", "replace") else None
-        save_measurements(out, meas, encoded.domain, categories=_labelled(encoded),
+        save_measurements(out, meas, encoded.domain, categories=labelled(encoded),
                           total=total, ledger=book)
         if keep_ledger:
             save_ledger(ledger, book)
@@ -135,8 +135,8 @@ def release(
     console.print(f"released {len(meas)} tables of {len(frame)} records with {mechanism} noise "
                   f"({type(m0).__name__} {scale:.6g}) at {spend}; sampler: {sampler}",
                   soft_wrap=True, highlight=False)
-    console.print(f"ledger: spent {_fmt(book.spent)} of {_fmt(book.budget)} "
-                  f"({book.currency}), remaining {_fmt(book.remaining)}"
+    console.print(f"ledger: spent {fmt(book.spent)} of {fmt(book.budget)} "
+                  f"({book.currency}), remaining {fmt(book.remaining)}"
                   + (f"; updated {ledger}" if keep_ledger else ""), soft_wrap=True,
                   highlight=False)
     console.print(f"wrote {out}", soft_wrap=True, highlight=False)

@@ -13,15 +13,15 @@ import typer
 from ._common import (
     TABLE_SUFFIXES,
     Force,
-    _check_output,
-    _enable_x64,
-    _input_errors,
-    _TableWriter,
-    _warn,
+    TableWriter,
+    check_output,
     console,
+    enable_x64,
+    input_errors,
+    warn,
 )
 from ._mechanism import check_options, run_mechanism
-from ._progress import _stage
+from ._progress import show_stage
 
 
 def synth(
@@ -93,7 +93,7 @@ def synth(
         unmodelled_attributes,
     )
 
-    with _input_errors():
+    with input_errors():
         if records is not None and records < 1:
             raise ValueError(f"--records must be a positive integer, got {records}")
         if datasets < 1:
@@ -106,7 +106,7 @@ def synth(
             if not out.name.lower().endswith(TABLE_SUFFIXES):
                 raise ValueError(f"output {out}: expected a file name ending in "
                                  f"{' or '.join(TABLE_SUFFIXES)}")
-            _enable_x64()
+            enable_x64()
             paths = ([_numbered(out, i + 1, datasets) for i in range(datasets)] if datasets > 1
                      else [out])
             run_mechanism(model, paths, mechanism=mechanism, domain=domain, budget=spend,
@@ -131,8 +131,8 @@ def synth(
         paths = ([_numbered(out, i + 1, datasets) for i in range(datasets)] if posterior
                  else [out])
         for path in paths:
-            _check_output(path, force=force, inputs=(model,))
-        _enable_x64()
+            check_output(path, force=force, inputs=(model,))
+        enable_x64()
         saved = load_model(model)
         draws = saved.model.batch_shape
         if posterior and draws == ():
@@ -153,12 +153,12 @@ def synth(
             seed = int.from_bytes(os.urandom(4), "little")
         free = unmodelled_attributes(saved.model.network)
         if free and not drop_unmodelled:
-            _warn(f"attribute(s) {free} are in no released table: drawn uniformly over their "
-                  "values, independently of the other attributes (the maximum-entropy choice "
-                  "given no measurement of them); --drop-unmodelled leaves them out")
+            warn(f"attribute(s) {free} are in no released table: drawn uniformly over their "
+                 "values, independently of the other attributes (the maximum-entropy choice "
+                 "given no measurement of them); --drop-unmodelled leaves them out")
         sampling = sampling or "sample"
-        with _stage(f"{_VERB[sampling]} {num} records"
-                    + (f" × {datasets} data sets" if posterior else "")) as status, \
+        with show_stage(f"{_VERB[sampling]} {num} records"
+                        + (f" × {datasets} data sets" if posterior else "")) as status, \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", UnmodelledAttributesWarning)  # said above
             # one chunk of records in memory at a time: drawn, written, dropped
@@ -170,7 +170,7 @@ def synth(
             try:
                 for chunk in chunks:
                     if chunk.start == 0:
-                        writer = _TableWriter(paths[chunk.dataset])
+                        writer = TableWriter(paths[chunk.dataset])
                     status(f"{_VERB[sampling]} {num} records: data set {chunk.dataset + 1} of "
                            f"{len(paths)}, record {chunk.start + len(chunk.frame)}")
                     writer.write(chunk.frame)

@@ -14,8 +14,8 @@ from numpyro.distributions.batch_util import vmap_over
 from numpyro.distributions.distribution import Distribution
 
 from .._precision import warn_if_float32
-from ..inference import junction_tree as jt
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
 from ..tables import project_table
 from .constraints import (
     DecomposableLayout,

@@ -12,8 +12,8 @@ from numpyro.distributions import constraints
 from numpyro.distributions.transforms import StickBreakingTransform, Transform, biject_to
 
 from ..domain import Clique
-from ..inference import junction_tree as jt
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
 from ..tables import project_table
 
 __all__ = [
@@ -57,7 +57,7 @@ def decomposable_layout(network: MarkovNetwork) -> DecomposableLayout:
             "the CGM density and its bijection need a decomposable network (its maximal cliques "
             f"must be those of a chordal graph); {list(network.cliques)} is not. Use the network "
             "of its triangulation, MarkovNetwork(domain, build_junction_tree(network).cliques) "
-            "(numpyro_dpgm.inference), whose tables determine the original ones by projection. "
+            "(numpyro_dpgm.oracles), whose tables determine the original ones by projection. "
             "(EM through NLBP, cgm_em, works on any network.)"
         )
     tree = jt.build_junction_tree(covered, "min_fill")

@@ -14,9 +14,9 @@ from numpyro.distributions.distribution import Distribution
 
 from .._precision import warn_if_float32
 from ..domain import Clique
-from ..inference import junction_tree as jt
-from ..inference.triangulation import DEFAULT_METHOD, check_method
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
+from ..oracles.triangulation import DEFAULT_METHOD, check_method
 from ..tables import CliqueTables
 
 __all__ = ["MarkovRandomField"]
@@ -51,7 +51,7 @@ class MarkovRandomField(Distribution):
     method : {"auto", "min_fill", "min_size"}
         Triangulation heuristic of the junction tree used for exact inference; the default,
         ``"auto"``, keeps the tree with fewer cells of the two
-        (:func:`~numpyro_dpgm.inference.build_junction_tree`).
+        (:func:`~numpyro_dpgm.oracles.build_junction_tree`).
 
     Notes
     -----

@@ -237,13 +237,13 @@ class _Lattice(dist.Distribution):
         return jnp.broadcast_to(type(self)._entropy(self.loc, self.scale), self.batch_shape)
 
 
-class _DiscreteLaplace1(_Lattice):
+class DiscreteLaplace1(_Lattice):
     _log_prob = _discrete_laplace_log_prob
     _draw = discrete_laplace_draw
     _entropy = _discrete_laplace_entropy
 
 
-class _DiscreteGaussian1(_Lattice):
+class DiscreteGaussian1(_Lattice):
     _log_prob = _discrete_gaussian_log_prob
     _draw = discrete_gaussian_draw
     _entropy = _discrete_gaussian_entropy
@@ -366,7 +366,7 @@ class DiscreteLaplaceNoise(_CellNoise):
     """
 
     support = constraints.independent(integer, 1)
-    _base = _DiscreteLaplace1
+    _base = DiscreteLaplace1
 
 
 class DiscreteGaussianNoise(_CellNoise):
@@ -383,7 +383,7 @@ class DiscreteGaussianNoise(_CellNoise):
     """
 
     support = constraints.independent(integer, 1)
-    _base = _DiscreteGaussian1
+    _base = DiscreteGaussian1
 
 
 def noise_model(noise: NoiseSpec, loc: Any, *, validate_args: bool | None = None) -> Any:

@@ -42,8 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..domain import Clique
-from ..inference import junction_tree as jt
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
 from ..tables import project_table
 from .constraints import decomposable_layout
 

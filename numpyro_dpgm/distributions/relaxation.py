@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import gammaln
 
-from ..inference import junction_tree as jt
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
 
 __all__ = ["RelaxationWarning", "relaxation_leak", "relaxed_cell_mean", "warn_if_leaky"]
 

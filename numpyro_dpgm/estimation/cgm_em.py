@@ -37,10 +37,10 @@ from .._warnings import warn
 from ..distributions.mrf import MarkovRandomField
 from ..infer.bayes import NoisyMarginalsModel
 from ..infer.mstep import m_step
-from ..inference import junction_tree as jt
-from ..inference.nlbp import check_halvings, nlbp_map, resolve_damping
 from ..measurements import Measurement
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
+from ..oracles.nlbp import check_halvings, nlbp_map, resolve_damping
 from .contract import (
     check_max_iters,
     estimator,
@@ -276,7 +276,7 @@ def cgm_em(
         KL 0.160 against 0.183) and at most 7 % higher on the rest (the 5-value chain at ε = 1:
         0.0147 against 0.0137), in a third of the E-steps' time.
     space : {"natural", "counts"}
-        NLBP form (see :mod:`numpyro_dpgm.inference.nlbp`).
+        NLBP form (see :mod:`numpyro_dpgm.oracles.nlbp`).
     damping : float or callable ``t -> α_t``, optional
         NLBP's damping (default ``1/(1+t)`` in natural space).
     max_halvings : int

@@ -1,7 +1,7 @@
 """The compiled EM loop of CGM-EM: natural-space NLBP E-step and free M-step in one program.
 
 One EM iteration (seed 002, Algorithm 2): ``η̂_t`` from NLBP warm-started at ``θ_t``
-(:func:`~numpyro_dpgm.inference.nlbp.nlbp_loop`), ``θ_{t+1} = gauge_fix(η̂_t)`` (moment matching
+(:func:`~numpyro_dpgm.oracles.nlbp.nlbp_loop`), ``θ_{t+1} = gauge_fix(η̂_t)`` (moment matching
 is free: ``μ(θ_{t+1}) = n_t / N``). The loop is a ``lax.while_loop`` in which the iteration limit,
 the tolerances, the measurements' values and noise scales, ``N`` and the warm start are all
 traced, so one program serves every refit of a network and measurement structure.
@@ -33,10 +33,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..inference import junction_tree as jt
-from ..inference.nlbp import ScaledDamping, nlbp_loop, resolve_damping
 from ..measurements import Measurement
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
+from ..oracles.nlbp import ScaledDamping, nlbp_loop, resolve_damping
 from .losses import LossTerm, build_terms, terms_loss
 
 __all__ = ["BLOCK", "STOP_REASONS", "EMCarry", "EMRecord", "EMState", "MeasurementEvidence",

@@ -22,9 +22,9 @@ import numpy as np
 
 from .._jit import device_array
 from ..domain import Clique, Domain
-from ..inference import junction_tree as jt
 from ..measurements import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Measurement
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
 from ..tables import project_table, projection_index
 
 __all__ = [

@@ -35,7 +35,7 @@ the last ``window`` iterations.
 One compiled program per structure: the oracle, the loss terms' kinds, ``window``, ``num_l1``
 and the method are static; values, totals, starting points, iteration limits and tolerances
 are traced, and so are the loss's stacked index arrays and the oracle's array operands
-(:func:`~numpyro_dpgm.inference.oracles.oracle_operands`: Convex-GBP's index tables), which are
+(:func:`~numpyro_dpgm.oracles.protocol.oracle_operands`: Convex-GBP's index tables), which are
 thus data of the program, not constants compiled into it. The loop runs in blocks of
 :data:`BLOCK` iterations (fixed trace buffers), so the iteration limit never changes a shape.
 """
@@ -53,8 +53,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._jit import jit_modes
-from ..inference.oracles import ExactOracle, MarginalOracle, apply_oracle, oracle_operands
 from ..network import MarkovNetwork
+from ..oracles.protocol import ExactOracle, MarginalOracle, apply_oracle, oracle_operands
 from ..tables import CliqueTables
 from .losses import grouped_loss
 
@@ -214,7 +214,7 @@ def init_at(loss_fn: MarginalLoss, theta: Array, p: Array, log_z: Array, ostate:
 _init_at = jit_modes(init_at, static_argnames=("loss_fn", "window", "auto_step"))
 
 
-def _pick(flag: Array, new: Any, old: Any) -> Any:
+def where_tree(flag: Array, new: Any, old: Any) -> Any:
     return jax.tree.map(lambda a, b: jnp.where(flag, a, b), new, old)
 
 
@@ -251,7 +251,7 @@ def md_trial(oracle: MarginalOracle, loss_fn: MarginalLoss, s: ProxPGMState, the
               & (s.objective - obj_new >= ARMIJO_C * predicted))
     warm = _warm_marginals(oracle)
     move = accept | jnp.isfinite(obj_new) if warm else accept
-    theta, mu, log_z, ostate, objective, grad = _pick(
+    theta, mu, log_z, ostate, objective, grad = where_tree(
         move, (theta_new, mu_new, log_z_new, ostate_new, obj_new, grad_new),
         (s.theta, s.mu, s.log_z, s.oracle_state, s.objective, s.grad))
     return s._replace(
@@ -287,11 +287,11 @@ def _accelerated_step(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: A
     x_acc = jnp.where(restart, s.x, x_cand)
     fx_acc = jnp.minimum(f_cand, s.fx)
     best = accept & (f_z < s.objective)
-    theta, mu, log_z, ostate, objective = _pick(
+    theta, mu, log_z, ostate, objective = where_tree(
         best, (u_new, z_new, lz_new, zstate_new, f_z),
         (s.theta, s.mu, s.log_z, s.oracle_state, s.objective))
-    u, z, z_log_z, z_state = _pick(accept, (u_new, z_new, lz_new, zstate_new),
-                                   (s.u, s.z, s.z_log_z, s.z_state))
+    u, z, z_log_z, z_state = where_tree(accept, (u_new, z_new, lz_new, zstate_new),
+                                        (s.u, s.z, s.z_log_z, s.z_state))
     return s._replace(
         theta=theta, mu=mu, log_z=log_z, oracle_state=ostate, objective=objective,
         u=u, z=z, z_log_z=z_log_z, z_state=z_state,

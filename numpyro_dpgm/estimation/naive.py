@@ -32,7 +32,10 @@ import numpy as np
 
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique
-from ..inference.mle import (
+from ..measurements import Measurement
+from ..metrics import embed_theta
+from ..network import MarkovNetwork
+from ..oracles.mle import (
     DEFAULT_L2_FLOOR,
     L2_MIN_SCALE,
     L2_RATIO_KNEE,
@@ -43,10 +46,7 @@ from ..inference.mle import (
     solve_mle,
     vanishing_floor,
 )
-from ..inference.triangulation import DEFAULT_METHOD
-from ..measurements import Measurement
-from ..metrics import embed_theta
-from ..network import MarkovNetwork
+from ..oracles.triangulation import DEFAULT_METHOD
 from ..tables import CliqueTables, project_table
 from .contract import (
     check_max_iters,
@@ -99,7 +99,7 @@ def fit_mle(
     whose gradient is ``μ̂ − μ(θ) − λ⊙θ`` (``∇A = μ``, §3). ``A`` comes from the exact
     junction-tree oracle and its gradient from autodiff. Solved by L-BFGS (``optax.lbfgs`` with a
     zoom line search) from ``θ = 0`` in a ``lax.while_loop`` under ``jit``
-    (:func:`numpyro_dpgm.inference.mle.fit_theta`, packaged as a :class:`Result`).
+    (:func:`numpyro_dpgm.oracles.mle.fit_theta`, packaged as a :class:`Result`).
 
     Parameters
     ----------
@@ -122,7 +122,7 @@ def fit_mle(
         Limit of the zoom line search per iteration.
     method : {"auto", "min_fill", "min_size"}
         Triangulation heuristic of the junction tree; the default, ``"auto"``, keeps the
-        tree with fewer cells of the two (:func:`~numpyro_dpgm.inference.build_junction_tree`).
+        tree with fewer cells of the two (:func:`~numpyro_dpgm.oracles.build_junction_tree`).
     tie : int array ``(num_params,)``, optional
         Parameter tying: the network's log-potentials are ``w[tie]`` for ``K = max(tie) + 1``
         free parameters ``w`` (e.g. one pairwise table shared by every step of a

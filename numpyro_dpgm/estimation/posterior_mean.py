@@ -32,9 +32,9 @@ from ..distributions.mrf import MarkovRandomField
 from ..distributions.relaxation import warn_if_leaky
 from ..infer.bayes import noisy_marginals_model, run_nuts
 from ..infer.estep import estep_engine
-from ..inference import junction_tree as jt
 from ..measurements import Measurement
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
 from .cgm_em import em_start
 from .contract import (
     check_max_iters,

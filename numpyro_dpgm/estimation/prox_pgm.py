@@ -49,8 +49,8 @@ stopped improving, until the smoothing gap ``s·m/2`` (``m`` L1 answers) is belo
 ``loss_trace`` reports the exact L1 loss; the smoothed objective is non-increasing within each
 level.
 
-The marginal oracle is pluggable (:class:`~numpyro_dpgm.inference.oracles.MarginalOracle`):
-the exact junction tree (:class:`~numpyro_dpgm.inference.oracles.ExactOracle`) or an
+The marginal oracle is pluggable (:class:`~numpyro_dpgm.oracles.protocol.MarginalOracle`):
+the exact junction tree (:class:`~numpyro_dpgm.oracles.protocol.ExactOracle`) or an
 approximate oracle carrying a warm-startable state, such as Convex-GBP on a region graph
 (Algorithm 2), which turns Prox-PGM into APPGM (Theorem 2). This module checks the input and
 builds the loss, the oracle and the start point; the iterations themselves are
@@ -77,10 +77,10 @@ from .._precision import warn_if_float32
 from .._warnings import warn
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
-from ..inference import junction_tree as jt
-from ..inference.oracles import ORACLES, ExactOracle, MarginalOracle, resolve_oracle
 from ..measurements import Measurement, estimate_total
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
+from ..oracles.protocol import ORACLES, ExactOracle, MarginalOracle, resolve_oracle
 from ..tables import CliqueTables, project_table
 from .contract import (
     check_attributes,

@@ -64,16 +64,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._jit import jit_modes
-from ..inference.oracles import ExactOracle, MarginalOracle, apply_oracle, oracle_operands
+from ..oracles.protocol import ExactOracle, MarginalOracle, apply_oracle, oracle_operands
 from .losses import TermGroup, group_answers
 from .mirror_descent import (
     BLOCK,
     MarginalLoss,
     ProxPGMState,
-    _pick,
     init_at,
     md_trial,
     run_blocks,
+    where_tree,
 )
 
 __all__ = ["BUDGET", "LOOKBACK", "NEAR", "OPTIMUM", "PATIENCE", "PATIENCE_SHARE", "PROBES",
@@ -292,7 +292,7 @@ def _risk_block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, st
         s = md_trial(oracle, loss_fn, r.md, theta_new, p_new, log_z_new, r.md.oracle_state,
                      groups, total)
         accepted = s.rejected == r.md.rejected
-        theta_dot, grad_dot, answer_dot = _pick(
+        theta_dot, grad_dot, answer_dot = where_tree(
             accepted, (theta_dot_new, grad_dot_new, answer_dot_new),
             (r.theta_dot, r.grad_dot, r.answer_dot))
         t = s.t + 1
@@ -303,8 +303,8 @@ def _risk_block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, st
         df = _divergence(answer_dot, probes, weights)
         risk = jnp.where(pilot >= 0, 2.0 * s.objective - num_answers + 2.0 * df, jnp.nan)
         better = (pilot < 0) | ~(risk >= r.best_risk)  # the best risk is NaN at the pilot
-        best = _pick(better, (s.theta, s.mu, s.log_z, s.objective, df, risk, t),
-                     (r.best_theta, r.best_mu, r.best_log_z, r.best_loss, r.best_df,
+        best = where_tree(better, (s.theta, s.mu, s.log_z, s.objective, df, risk, t),
+                          (r.best_theta, r.best_mu, r.best_log_z, r.best_loss, r.best_df,
                       r.best_risk, r.best_t))
         past = s.recent[t % window]
         optimum = (t >= window) & (past - s.objective <= tol * jnp.maximum(1.0, s.objective))

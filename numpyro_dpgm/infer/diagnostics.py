@@ -6,7 +6,7 @@ model carry meaningful dims: ``cell`` (one coordinate per cell of the network's 
 variable into one table per clique with one dim per attribute), ``param`` (the reference-coded
 parameters, ``"a=1,b=2"``) and ``answer`` (the released answers). :func:`convergence_report`
 tabulates split R-hat and bulk/tail ESS (ArviZ's rank-normalised estimators);
-:func:`numpyro_dpgm.experiments.convergence.demo_convergence` runs them on a small simulated
+:func:`studies.convergence.demo_convergence` runs them on a small simulated
 release.
 """
 
@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 from numpyro.infer import MCMC, Predictive
 
-from ..inference import junction_tree as jt
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
 from .bayes import (
     NoisyMarginalsModel,
     SVIFit,

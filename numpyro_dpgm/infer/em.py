@@ -37,14 +37,14 @@ from ..distributions.noise import (
     GaussianNoise,
     LaplaceNoise,
 )
-from ..inference import junction_tree as jt
-from ..inference.mle import default_l2, fit_theta, project_simplex, vanishing_floor
-from ..inference.nlbp import ScaledDamping, check_halvings, resolve_damping
 from ..measurements import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Measurement
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
+from ..oracles.mle import default_l2, fit_theta, project_simplex, vanishing_floor
+from ..oracles.nlbp import ScaledDamping, check_halvings, resolve_damping
 from .bayes.checks import ConvergenceWarning
 from .estep import estep_engine
-from .handlers import _join, nlbp, split_static
+from .handlers import join, nlbp, split_static
 from .mstep import m_step
 
 __all__ = ["DEFAULT_MAX_ITERS", "EM", "EMConvergenceWarning", "EMResult"]
@@ -337,8 +337,8 @@ class EM:
     def _noisy_start(self, key: Any, tr: Any, args: tuple, kwargs: dict) -> Any:
         """``θ`` of the consistent fit of the clipped noisy tables: naive MLE's fit (every
         clique's noisy table projected onto the simplex, then the L2-regularised MLE with
-        naive MLE's default strength per clique, :func:`~numpyro_dpgm.inference.mle.default_l2`
-        floored at :func:`~numpyro_dpgm.inference.mle.vanishing_floor`), or ``None`` when the
+        naive MLE's default strength per clique, :func:`~numpyro_dpgm.oracles.mle.default_l2`
+        floored at :func:`~numpyro_dpgm.oracles.mle.vanishing_floor`), or ``None`` when the
         model does not release a whole table of every clique of the network."""
         tables = {m.clique: m for m in reversed(self._noisy_tables(key, tr, args, kwargs))}
         fn = tr[self.latent]["fn"]
@@ -438,7 +438,7 @@ class EM:
         model, latent, iters = self.model, self.latent, self.lbfgs_iters
 
         def neg_q(u: dict, n_hat: Any, arrays: tuple) -> Any:
-            a, kw = _join(static, treedef, positions, arrays)
+            a, kw = join(static, treedef, positions, arrays)
             values = {k: transforms[k](v) for k, v in u.items()}
             values[latent] = n_hat
             with handlers.trace() as t, handlers.substitute(data=values), \

@@ -31,7 +31,7 @@ from ..distributions.noise import GaussianNoise, LaplaceNoise
 from .bayes import init_to_interior
 from .bayes.gibbs import default_moves
 from .bayes.records import record_plan, record_update, records_from_tables
-from .handlers import _join, split_static
+from .handlers import join, split_static
 
 __all__ = [
     "EStepResult",
@@ -225,7 +225,7 @@ class VariationalEStep:
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
 def _svi_steps(svi: SVI, static: tuple, treedef: Any, positions: tuple, steps: int,
                state: Any, params: dict, arrays: tuple) -> tuple[Any, Any]:
-    args, kwargs = _join(static, treedef, positions, arrays)
+    args, kwargs = join(static, treedef, positions, arrays)
 
     def body(s: Any, _: Any) -> Any:
         s, loss = svi.update(s, params, *args, **kwargs)
@@ -238,7 +238,7 @@ def _svi_steps(svi: SVI, static: tuple, treedef: Any, positions: tuple, steps: i
 def _guide_mean(guide: Any, latent: str, draws: int, static: tuple, treedef: Any,
                 positions: tuple, key: Any, svi_params: dict, params: dict,
                 arrays: tuple) -> Any:
-    args, kwargs = _join(static, treedef, positions, arrays)
+    args, kwargs = join(static, treedef, positions, arrays)
     out = guide.sample_posterior(key, svi_params, params, *args, sample_shape=(draws,), **kwargs)
     return jnp.mean(out[latent], axis=0)
 
@@ -419,7 +419,7 @@ class ExactEStep:
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
 def _nuts_scan(kernel: NUTS, latent: str, length: int, static: tuple, treedef: Any,
                positions: tuple, state: Any, params: dict, arrays: tuple) -> tuple[Any, Any]:
-    args, kwargs = _join(static, treedef, positions, arrays)
+    args, kwargs = join(static, treedef, positions, arrays)
     model_args = (params,) + tuple(args)
     post = kernel.postprocess_fn(model_args, kwargs)
 

@@ -12,7 +12,7 @@ from numpyro.primitives import Messenger
 
 from ..distributions.cgm import CollectiveGraphicalModel
 from ..distributions.noise import LaplaceNoise
-from ..inference.nlbp import NLBPResult, nlbp_map
+from ..oracles.nlbp import NLBPResult, nlbp_map
 
 __all__ = ["nlbp", "ModelEvidence", "split_static"]
 
@@ -54,7 +54,7 @@ def split_static(tree: Any) -> tuple[tuple[Any, ...], Any, tuple[int, ...], tupl
     return tuple(static), treedef, tuple(positions), tuple(arrays)
 
 
-def _join(static: tuple, treedef: Any, positions: tuple[int, ...], arrays: tuple) -> Any:
+def join(static: tuple, treedef: Any, positions: tuple[int, ...], arrays: tuple) -> Any:
     leaves = [s.obj if isinstance(s, _ById) else s for s in static]
     for i, a in zip(positions, arrays, strict=True):
         leaves[i] = a
@@ -77,7 +77,7 @@ class ModelEvidence(NamedTuple):
     smoothing: float | None
 
     def __call__(self, n: Any, arrays: tuple, values: dict) -> Any:
-        args, kwargs = _join(self.static, self.treedef, self.positions, arrays)
+        args, kwargs = join(self.static, self.treedef, self.positions, arrays)
         data = dict(values)
         data[self.latent] = n
         with handlers.block(), handlers.trace() as tr, handlers.substitute(data=data):
@@ -126,14 +126,14 @@ class nlbp(Messenger):
     latent : str
         Name of the CGM sample site.
     space, damping, max_iters, tol :
-        NLBP options (see :func:`numpyro_dpgm.inference.nlbp.nlbp_map`).
+        NLBP options (see :func:`numpyro_dpgm.oracles.nlbp.nlbp_map`).
     smoothing : float, optional
         Width (in counts) of a Huber smoothing of Laplace observation sites' kink.
 
     Attributes
     ----------
     results : dict
-        The :class:`~numpyro_dpgm.inference.nlbp.NLBPResult` of the last run (by site name).
+        The :class:`~numpyro_dpgm.oracles.nlbp.NLBPResult` of the last run (by site name).
 
     Examples
     --------

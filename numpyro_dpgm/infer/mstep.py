@@ -4,7 +4,7 @@
 NLBP mode, a variational mean or a Monte-Carlo mean): the maximiser matches the moments,
 ``μ(θ_{t+1}) = n / N``. Closed form on decomposable networks (clique over separator on the
 junction tree), iterative proportional fitting, or L-BFGS
-(:func:`~numpyro_dpgm.inference.mle.fit_theta` without penalty).
+(:func:`~numpyro_dpgm.oracles.mle.fit_theta` without penalty).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 
 from ..distributions.constraints import decomposable_layout
-from ..inference import junction_tree as jt
-from ..inference.mle import fit_theta
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
+from ..oracles.mle import fit_theta
 from ..tables import CliqueTables, project_table
 
 __all__ = ["m_step"]

@@ -24,7 +24,7 @@ class FileFormatError(ValueError):
     """A file is not a readable measurements / model file (wrong kind, newer version, corrupt)."""
 
 
-def _expect(condition: bool, message: str) -> None:
+def expect_format(condition: bool, message: str) -> None:
     if not condition:
         raise FileFormatError(message)
 
@@ -54,7 +54,7 @@ def _layout(doc: Mapping[str, Any]) -> str:
     return "{\n" + ",\n".join(lines) + "\n}"
 
 
-def _write(path: str | Path, kind: str, body: dict[str, Any]) -> Path:
+def write_document(path: str | Path, kind: str, body: dict[str, Any]) -> Path:
     """Serialise fully, then write atomically: nothing is left behind on failure."""
     path = Path(path)
     doc = {"format": kind, "version": FORMAT_VERSION, "library_version": _library_version()}
@@ -116,7 +116,7 @@ def _body(path: Path, doc: dict[str, Any], keys: set[str]) -> None:
         raise FileFormatError(f"{path} is corrupt: missing {missing}, unexpected {extra}")
 
 
-def _load(path: str | Path, kind: str, keys: set[str], parse: Any) -> Any:
+def load_document(path: str | Path, kind: str, keys: set[str], parse: Any) -> Any:
     doc = _read(path, kind)
     _body(Path(path), doc, keys)
     try:

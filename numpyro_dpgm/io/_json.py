@@ -20,12 +20,12 @@ from ..measurements import (
 from ..privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.sensitivity import Sensitivity
-from ._files import FileFormatError, _expect
+from ._files import FileFormatError, expect_format
 
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
-def _array_to_json(a: Any) -> dict[str, Any]:
+def array_to_json(a: Any) -> dict[str, Any]:
     arr = np.asarray(a)
     if arr.dtype.kind not in "fiub":
         raise TypeError(f"cannot save an array of dtype {arr.dtype}")
@@ -40,27 +40,27 @@ def _array_to_json(a: Any) -> dict[str, Any]:
     return {"dtype": "float64", "shape": list(arr.shape), "data": data}
 
 
-def _array_from_json(obj: Any, what: str) -> np.ndarray:
-    _expect(isinstance(obj, dict) and set(obj) == {"dtype", "shape", "data"},
-            f"{what} is not an array object")
-    _expect(obj["dtype"] == "float64", f"{what} has unknown dtype {obj['dtype']!r}")
+def array_from_json(obj: Any, what: str) -> np.ndarray:
+    expect_format(isinstance(obj, dict) and set(obj) == {"dtype", "shape", "data"},
+                  f"{what} is not an array object")
+    expect_format(obj["dtype"] == "float64", f"{what} has unknown dtype {obj['dtype']!r}")
     shape = obj["shape"]
-    _expect(isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape),
-            f"{what} has a bad shape")
+    expect_format(isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape),
+                  f"{what} has a bad shape")
     data = obj["data"]
-    _expect(isinstance(data, list) and len(data) == math.prod(shape),
-            f"{what} holds {len(data) if isinstance(data, list) else '?'} numbers for shape "
-            f"{shape}")
+    expect_format(isinstance(data, list) and len(data) == math.prod(shape),
+                  f"{what} holds {len(data) if isinstance(data, list) else '?'} numbers for shape "
+                  f"{shape}")
     try:
         values = [_NONFINITE[v] if isinstance(v, str) else v for v in data]
     except KeyError:
         raise FileFormatError(f"{what} holds a non-number") from None
-    _expect(all(isinstance(v, int | float) and not isinstance(v, bool) for v in values),
-            f"{what} holds a non-number")
+    expect_format(all(isinstance(v, int | float) and not isinstance(v, bool) for v in values),
+                  f"{what} holds a non-number")
     return np.asarray(values, dtype=np.float64).reshape(shape)
 
 
-def _noise_to_json(noise: NoiseSpec) -> dict[str, Any]:
+def noise_to_json(noise: NoiseSpec) -> dict[str, Any]:
     if isinstance(noise, Laplace):
         return {"kind": "laplace", "scale": noise.scale}
     if isinstance(noise, DiscreteLaplace):
@@ -76,10 +76,10 @@ _NOISE_KINDS = {"laplace": (Laplace, "scale"), "discrete_laplace": (DiscreteLapl
                 "gaussian": (Gaussian, "sigma"), "discrete_gaussian": (DiscreteGaussian, "sigma")}
 
 
-def _noise_from_json(obj: Any) -> NoiseSpec:
-    _expect(isinstance(obj, dict) and obj.get("kind") in _NOISE_KINDS, "unknown noise")
+def noise_from_json(obj: Any) -> NoiseSpec:
+    expect_format(isinstance(obj, dict) and obj.get("kind") in _NOISE_KINDS, "unknown noise")
     cls, field = _NOISE_KINDS[obj["kind"]]
-    _expect(set(obj) == {"kind", field}, f"noise {obj['kind']} needs exactly {field!r}")
+    expect_format(set(obj) == {"kind", field}, f"noise {obj['kind']} needs exactly {field!r}")
     return cls(obj[field])
 
 
@@ -96,13 +96,13 @@ def _cost_to_json(cost: PrivacyCost) -> dict[str, Any]:
 def _cost_from_json(obj: Any) -> PrivacyCost:
     kinds = {"pure": (PureDP, ("epsilon",)), "zcdp": (ZCDP, ("rho",)),
              "approx": (ApproxDP, ("epsilon", "delta"))}
-    _expect(isinstance(obj, dict) and obj.get("kind") in kinds, "unknown privacy cost")
+    expect_format(isinstance(obj, dict) and obj.get("kind") in kinds, "unknown privacy cost")
     cls, fields = kinds[obj["kind"]]
-    _expect(set(obj) == {"kind", *fields}, f"privacy cost {obj['kind']} needs {fields}")
+    expect_format(set(obj) == {"kind", *fields}, f"privacy cost {obj['kind']} needs {fields}")
     return cls(*(obj[f] for f in fields))
 
 
-def _value_to_json(value: Any) -> Any:
+def value_to_json(value: Any) -> Any:
     """Tagged JSON of ledger details and fit options (VALUE in :mod:`numpyro_dpgm.io`)."""
     if value is None or isinstance(value, bool | str):
         return value
@@ -112,7 +112,7 @@ def _value_to_json(value: Any) -> Any:
         v = float(value)
         return v if math.isfinite(v) else {"$float": repr(v)}
     if isinstance(value, Laplace | Gaussian | DiscreteLaplace | DiscreteGaussian):
-        return {"$noise": _noise_to_json(value)}
+        return {"$noise": noise_to_json(value)}
     if isinstance(value, PureDP | ZCDP | ApproxDP):
         return {"$cost": _cost_to_json(value)}
     if isinstance(value, Sensitivity):
@@ -120,47 +120,47 @@ def _value_to_json(value: Any) -> Any:
     if isinstance(value, np.ndarray) or hasattr(value, "__jax_array__") or (
         type(value).__module__.startswith("jax") and hasattr(value, "shape")
     ):
-        return {"$array": _array_to_json(value)}
+        return {"$array": array_to_json(value)}
     if isinstance(value, tuple):
-        return {"$tuple": [_value_to_json(v) for v in value]}
+        return {"$tuple": [value_to_json(v) for v in value]}
     if isinstance(value, list):
-        return [_value_to_json(v) for v in value]
+        return [value_to_json(v) for v in value]
     if isinstance(value, Mapping):
         if not all(isinstance(k, str) for k in value):
             raise TypeError(f"cannot save a mapping with non-string keys: {list(value)[:3]}")
-        body = {k: _value_to_json(v) for k, v in value.items()}
+        body = {k: value_to_json(v) for k, v in value.items()}
         tagged = any(k.startswith("$") for k in value) and len(value) >= 1
         return {"$dict": body} if tagged else body
     raise TypeError(f"cannot save a value of type {type(value).__name__}: {value!r}")
 
 
-def _value_from_json(obj: Any) -> Any:
+def value_from_json(obj: Any) -> Any:
     if isinstance(obj, list):
-        return [_value_from_json(v) for v in obj]
+        return [value_from_json(v) for v in obj]
     if not isinstance(obj, dict):
         return obj
     if len(obj) == 1:
         (tag, body), = obj.items()
         if tag == "$tuple":
-            return tuple(_value_from_json(v) for v in body)
+            return tuple(value_from_json(v) for v in body)
         if tag == "$noise":
-            return _noise_from_json(body)
+            return noise_from_json(body)
         if tag == "$cost":
             return _cost_from_json(body)
         if tag == "$sensitivity":
             return Sensitivity(*body)
         if tag == "$array":
-            return _array_from_json(body, "an array")
+            return array_from_json(body, "an array")
         if tag == "$float":
             return float(body)
         if tag == "$dict":
-            return {k: _value_from_json(v) for k, v in body.items()}
-        _expect(not tag.startswith("$"), f"unknown tag {tag!r}")
-    return {k: _value_from_json(v) for k, v in obj.items()}
+            return {k: value_from_json(v) for k, v in body.items()}
+        expect_format(not tag.startswith("$"), f"unknown tag {tag!r}")
+    return {k: value_from_json(v) for k, v in obj.items()}
 
 
-def _labels_to_json(categories: Mapping[str, Sequence[Any]] | None,
-                    domain: Domain) -> dict[str, list[Any]]:
+def labels_to_json(categories: Mapping[str, Sequence[Any]] | None,
+                   domain: Domain) -> dict[str, list[Any]]:
     out = {}
     for a, labels in (categories or {}).items():
         if a not in domain:
@@ -178,26 +178,26 @@ def _labels_to_json(categories: Mapping[str, Sequence[Any]] | None,
     return out
 
 
-def _categories_from_json(obj: Any, domain: Domain) -> dict[str, list[Any]]:
-    _expect(isinstance(obj, dict), "categories is not an object")
+def categories_from_json(obj: Any, domain: Domain) -> dict[str, list[Any]]:
+    expect_format(isinstance(obj, dict), "categories is not an object")
     for a, labels in obj.items():
-        _expect(a in domain and isinstance(labels, list) and len(labels) == domain[a],
-                f"categories of {a!r} do not match the domain")
+        expect_format(a in domain and isinstance(labels, list) and len(labels) == domain[a],
+                      f"categories of {a!r} do not match the domain")
     return {a: list(v) for a, v in obj.items()}
 
 
-def _domain_to_json(domain: Domain) -> dict[str, Any]:
+def domain_to_json(domain: Domain) -> dict[str, Any]:
     return {"attrs": list(domain.attrs), "sizes": list(domain.shape)}
 
 
-def _domain_from_json(obj: Any) -> Domain:
-    _expect(isinstance(obj, dict) and set(obj) == {"attrs", "sizes"}, "bad domain")
-    _expect(isinstance(obj["attrs"], list) and isinstance(obj["sizes"], list)
-            and len(obj["attrs"]) == len(obj["sizes"]), "bad domain")
+def domain_from_json(obj: Any) -> Domain:
+    expect_format(isinstance(obj, dict) and set(obj) == {"attrs", "sizes"}, "bad domain")
+    expect_format(isinstance(obj["attrs"], list) and isinstance(obj["sizes"], list)
+                  and len(obj["attrs"]) == len(obj["sizes"]), "bad domain")
     return Domain(dict(zip(obj["attrs"], obj["sizes"], strict=True)))
 
 
-def _total_to_json(total: Any) -> float | None:
+def total_to_json(total: Any) -> float | None:
     if total is None:
         return None
     t = float(total)
@@ -206,7 +206,7 @@ def _total_to_json(total: Any) -> float | None:
     return t
 
 
-def _ledger_to_json(ledger: PrivacyLedger | None) -> dict[str, Any] | None:
+def ledger_to_json(ledger: PrivacyLedger | None) -> dict[str, Any] | None:
     if ledger is None:
         return None
     if not isinstance(ledger, PrivacyLedger):
@@ -220,26 +220,26 @@ def _ledger_to_json(ledger: PrivacyLedger | None) -> dict[str, Any] | None:
                 "label": e.label,
                 "cost": _cost_to_json(e.cost),
                 "charge": list(e.charge) if isinstance(e.charge, tuple) else e.charge,
-                "details": _value_to_json(dict(e.details)),
+                "details": value_to_json(dict(e.details)),
             }
             for e in ledger.history
         ],
     }
 
 
-def _ledger_from_json(obj: Any) -> PrivacyLedger | None:
+def ledger_from_json(obj: Any) -> PrivacyLedger | None:
     if obj is None:
         return None
-    _expect(isinstance(obj, dict) and set(obj) == {"total", "currency", "conversion", "entries"},
-            "bad ledger")
+    keys = {"total", "currency", "conversion", "entries"}
+    expect_format(isinstance(obj, dict) and set(obj) == keys, "bad ledger")
     ledger = PrivacyLedger(_cost_from_json(obj["total"]), currency=obj["currency"],
                            conversion=obj["conversion"])
-    _expect(isinstance(obj["entries"], list), "bad ledger entries")
+    expect_format(isinstance(obj["entries"], list), "bad ledger entries")
     for i, e in enumerate(obj["entries"]):
-        _expect(isinstance(e, dict) and set(e) == {"label", "cost", "charge", "details"},
-                f"bad ledger entry {i}")
-        entry = ledger.debit(_cost_from_json(e["cost"]), e["label"], _value_from_json(e["details"]))
+        expect_format(isinstance(e, dict) and set(e) == {"label", "cost", "charge", "details"},
+                      f"bad ledger entry {i}")
+        entry = ledger.debit(_cost_from_json(e["cost"]), e["label"], value_from_json(e["details"]))
         charge = tuple(e["charge"]) if isinstance(e["charge"], list) else e["charge"]
-        _expect(entry.charge == charge,
-                f"ledger entry {i} records charge {e['charge']} but its cost gives {entry.charge}")
+        expect_format(entry.charge == charge, f"ledger entry {i} records charge "
+                      f"{e['charge']} but its cost gives {entry.charge}")
     return ledger

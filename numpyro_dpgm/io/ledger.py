@@ -6,15 +6,15 @@ from pathlib import Path
 from typing import Any
 
 from ..privacy.ledger import PrivacyLedger
-from ._files import LEDGER_FORMAT, _expect, _load, _write
-from ._json import _ledger_from_json, _ledger_to_json
+from ._files import LEDGER_FORMAT, expect_format, load_document, write_document
+from ._json import ledger_from_json, ledger_to_json
 
 
 def save_ledger(path: str | Path, ledger: PrivacyLedger) -> Path:
     """Write a privacy ledger (total budget and debits) to keep a budget across releases."""
     if not isinstance(ledger, PrivacyLedger):
         raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
-    return _write(path, LEDGER_FORMAT, {"ledger": _ledger_to_json(ledger)})
+    return write_document(path, LEDGER_FORMAT, {"ledger": ledger_to_json(ledger)})
 
 
 def load_ledger(path: str | Path) -> PrivacyLedger:
@@ -27,8 +27,8 @@ def load_ledger(path: str | Path) -> PrivacyLedger:
     """
 
     def parse(doc: dict[str, Any]) -> PrivacyLedger:
-        ledger = _ledger_from_json(doc["ledger"])
-        _expect(ledger is not None, "the ledger is null")
+        ledger = ledger_from_json(doc["ledger"])
+        expect_format(ledger is not None, "the ledger is null")
         return ledger
 
-    return _load(path, LEDGER_FORMAT, {"ledger"}, parse)
+    return load_document(path, LEDGER_FORMAT, {"ledger"}, parse)

@@ -9,19 +9,19 @@ from typing import Any, NamedTuple
 from ..domain import Domain
 from ..measurements import Measurement
 from ..privacy.ledger import PrivacyLedger
-from ._files import MEASUREMENTS_FORMAT, _expect, _load, _write
+from ._files import MEASUREMENTS_FORMAT, expect_format, load_document, write_document
 from ._json import (
-    _array_from_json,
-    _array_to_json,
-    _categories_from_json,
-    _domain_from_json,
-    _domain_to_json,
-    _labels_to_json,
-    _ledger_from_json,
-    _ledger_to_json,
-    _noise_from_json,
-    _noise_to_json,
-    _total_to_json,
+    array_from_json,
+    array_to_json,
+    categories_from_json,
+    domain_from_json,
+    domain_to_json,
+    labels_to_json,
+    ledger_from_json,
+    ledger_to_json,
+    noise_from_json,
+    noise_to_json,
+    total_to_json,
 )
 
 
@@ -87,39 +87,39 @@ def save_measurements(
         if m.num_cells != domain.size(clique):
             raise ValueError(f"measurement of {clique} has {m.num_cells} cells; the domain "
                              f"gives {domain.size(clique)}")
-        items.append({"clique": list(clique), "noise": _noise_to_json(m.noise),
-                      "values": _array_to_json(m.values),
-                      "query": None if m.query is None else _array_to_json(m.query)})
-    body = {"domain": _domain_to_json(domain),
-            "categories": _labels_to_json(categories, domain),
-            "total": _total_to_json(total),
+        items.append({"clique": list(clique), "noise": noise_to_json(m.noise),
+                      "values": array_to_json(m.values),
+                      "query": None if m.query is None else array_to_json(m.query)})
+    body = {"domain": domain_to_json(domain),
+            "categories": labels_to_json(categories, domain),
+            "total": total_to_json(total),
             "measurements": items,
-            "ledger": _ledger_to_json(ledger)}
-    return _write(path, MEASUREMENTS_FORMAT, body)
+            "ledger": ledger_to_json(ledger)}
+    return write_document(path, MEASUREMENTS_FORMAT, body)
 
 
 def _parse_measurements(doc: dict[str, Any]) -> SavedMeasurements:
-    domain = _domain_from_json(doc["domain"])
-    _expect(isinstance(doc["measurements"], list), "measurements is not a list")
+    domain = domain_from_json(doc["domain"])
+    expect_format(isinstance(doc["measurements"], list), "measurements is not a list")
     out = []
     for i, m in enumerate(doc["measurements"]):
-        _expect(isinstance(m, dict) and set(m) == {"clique", "noise", "values", "query"},
-                f"measurement {i} is malformed")
+        expect_format(isinstance(m, dict) and set(m) == {"clique", "noise", "values", "query"},
+                      f"measurement {i} is malformed")
         clique = domain.check_clique(m["clique"])
-        values = _array_from_json(m["values"], f"measurement {i} values")
-        query = None if m["query"] is None else _array_from_json(m["query"], f"measurement {i} "
-                                                                 "query")
-        meas = Measurement(clique, values, _noise_from_json(m["noise"]), query)
-        _expect(meas.num_cells == domain.size(clique),
-                f"measurement {i} has {meas.num_cells} cells; the domain gives "
-                f"{domain.size(clique)}")
+        values = array_from_json(m["values"], f"measurement {i} values")
+        query = None if m["query"] is None else array_from_json(m["query"], f"measurement {i} "
+                                                                "query")
+        meas = Measurement(clique, values, noise_from_json(m["noise"]), query)
+        expect_format(meas.num_cells == domain.size(clique),
+                      f"measurement {i} has {meas.num_cells} cells; the domain gives "
+                      f"{domain.size(clique)}")
         out.append(meas)
-    categories = _categories_from_json(doc["categories"], domain)
+    categories = categories_from_json(doc["categories"], domain)
     total = doc["total"]
-    _expect(total is None or (isinstance(total, int | float) and total > 0), "bad total")
+    expect_format(total is None or (isinstance(total, int | float) and total > 0), "bad total")
     return SavedMeasurements(out, domain, categories,
                              None if total is None else float(total),
-                             _ledger_from_json(doc["ledger"]))
+                             ledger_from_json(doc["ledger"]))
 
 
 def load_measurements(path: str | Path) -> SavedMeasurements:
@@ -130,4 +130,4 @@ def load_measurements(path: str | Path) -> SavedMeasurements:
     FileFormatError
         Not a measurements file, a newer or unknown format version, or a corrupt file.
     """
-    return _load(path, MEASUREMENTS_FORMAT, _MEAS_KEYS, _parse_measurements)
+    return load_document(path, MEASUREMENTS_FORMAT, _MEAS_KEYS, _parse_measurements)

@@ -10,17 +10,17 @@ from typing import Any, NamedTuple
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Domain
 from ..network import MarkovNetwork
-from ._files import MODEL_FORMAT, _expect, _load, _write
+from ._files import MODEL_FORMAT, expect_format, load_document, write_document
 from ._json import (
-    _array_from_json,
-    _array_to_json,
-    _categories_from_json,
-    _domain_from_json,
-    _domain_to_json,
-    _labels_to_json,
-    _total_to_json,
-    _value_from_json,
-    _value_to_json,
+    array_from_json,
+    array_to_json,
+    categories_from_json,
+    domain_from_json,
+    domain_to_json,
+    labels_to_json,
+    total_to_json,
+    value_from_json,
+    value_to_json,
 )
 
 
@@ -91,14 +91,14 @@ def save_model(
     if domain is not None:
         model = _widen(model, domain if isinstance(domain, Domain) else Domain(domain))
     net = model.network
-    body = {"domain": _domain_to_json(net.domain),
+    body = {"domain": domain_to_json(net.domain),
             "cliques": [list(c) for c in net.cliques],
-            "theta": _array_to_json(model.theta),
+            "theta": array_to_json(model.theta),
             "triangulation": model.method,
-            "categories": _labels_to_json(categories, net.domain),
-            "total": _total_to_json(total),
-            "provenance": _value_to_json(prov)}
-    return _write(path, MODEL_FORMAT, body)
+            "categories": labels_to_json(categories, net.domain),
+            "total": total_to_json(total),
+            "provenance": value_to_json(prov)}
+    return write_document(path, MODEL_FORMAT, body)
 
 
 def _widen(model: Any, domain: Domain) -> Any:
@@ -121,19 +121,19 @@ def _widen(model: Any, domain: Domain) -> Any:
 def _parse_model(doc: dict[str, Any]) -> SavedModel:
     import jax.numpy as jnp
 
-    domain = _domain_from_json(doc["domain"])
-    _expect(isinstance(doc["cliques"], list), "cliques is not a list")
+    domain = domain_from_json(doc["domain"])
+    expect_format(isinstance(doc["cliques"], list), "cliques is not a list")
     net = MarkovNetwork(domain, [tuple(c) for c in doc["cliques"]])
-    theta = _array_from_json(doc["theta"], "theta")
-    _expect(theta.ndim >= 1 and theta.shape[-1] == net.num_params,
-            f"theta has shape {theta.shape}; the network needs (..., {net.num_params})")
-    _expect(isinstance(doc["triangulation"], str), "bad triangulation")
+    theta = array_from_json(doc["theta"], "theta")
+    expect_format(theta.ndim >= 1 and theta.shape[-1] == net.num_params,
+                  f"theta has shape {theta.shape}; the network needs (..., {net.num_params})")
+    expect_format(isinstance(doc["triangulation"], str), "bad triangulation")
     model = MarkovRandomField(net, jnp.asarray(theta), method=doc["triangulation"])
     total = doc["total"]
-    _expect(total is None or (isinstance(total, int | float) and total > 0), "bad total")
-    prov = _value_from_json(doc["provenance"])
-    _expect(isinstance(prov, dict), "provenance is not an object")
-    return SavedModel(model, _categories_from_json(doc["categories"], domain),
+    expect_format(total is None or (isinstance(total, int | float) and total > 0), "bad total")
+    prov = value_from_json(doc["provenance"])
+    expect_format(isinstance(prov, dict), "provenance is not an object")
+    return SavedModel(model, categories_from_json(doc["categories"], domain),
                       None if total is None else float(total), prov)
 
 
@@ -148,4 +148,4 @@ def load_model(path: str | Path) -> SavedModel:
     FileFormatError
         Not a model file, a newer or unknown format version, or a corrupt file.
     """
-    return _load(path, MODEL_FORMAT, _MODEL_KEYS, _parse_model)
+    return load_document(path, MODEL_FORMAT, _MODEL_KEYS, _parse_model)

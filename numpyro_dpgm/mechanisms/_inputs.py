@@ -19,11 +19,11 @@ from .._jit import check_compile_mode
 from ..data import Dataset
 from ..domain import Clique, Domain
 from ..estimation.prox_pgm import STOP_RULES
-from ..privacy.conversions import Conversion, _check_conversion, approx_to_zcdp
+from ..privacy.conversions import Conversion, approx_to_zcdp, check_conversion
 from ..privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 from ..privacy.ledger import PrivacyLedger
-from ..privacy.releases import _check_rng
-from ..privacy.sensitivity import _check_neighbours, _check_sampler
+from ..privacy.releases import check_rng
+from ..privacy.sensitivity import check_neighbours, check_sampler
 
 __all__ = ["check_cliques", "check_final_fit", "check_positive", "check_positive_int",
            "open_ledger", "resolve_key", "resolve_records", "setup", "split_key", "zcdp_budget"]
@@ -48,7 +48,7 @@ def zcdp_budget(budget: Any, conversion: Conversion = "cks20") -> tuple[float, P
     number is ``ρ``, as for the other zCDP learners (e.g. :func:`~numpyro_dpgm.learn_ising`).
     A ``PureDP`` budget is refused: Gaussian noise is not ε-DP for any finite ε.
     """
-    conversion = _check_conversion(conversion)  # type: ignore[assignment]
+    conversion = check_conversion(conversion)  # type: ignore[assignment]
     if isinstance(budget, numbers.Real) and not isinstance(budget, bool):
         budget = ZCDP(float(budget))
     if isinstance(budget, PureDP):
@@ -85,7 +85,7 @@ def open_ledger(ledger: PrivacyLedger | None, budget: PrivacyCost, rho: float, l
 def resolve_key(sampler: str, rng_key: Any) -> Any:
     """The JAX key of the ``"jax"`` sampler (required; an int is a seed), or ``None`` for
     ``"opendp"`` (which refuses a key), as :func:`~numpyro_dpgm.privacy.release` checks it."""
-    return _check_rng(_check_sampler(sampler), rng_key)
+    return check_rng(check_sampler(sampler), rng_key)
 
 
 def check_cliques(cliques: Any, domain: Domain, what: str, min_size: int = 1) -> list[Clique]:
@@ -123,7 +123,7 @@ def setup(data: Any, domain: Domain | Mapping[str, int] | None, *, budget: Any, 
     """Check a mechanism's common arguments and that the ledger can pay ``ρ`` (charging
     nothing, counting no record)."""
     records, dom = resolve_records(data, domain)
-    neighbours = _check_neighbours(neighbours)
+    neighbours = check_neighbours(neighbours)
     rho, budget = zcdp_budget(budget, conversion)
     key = resolve_key(sampler, rng_key)
     return Setup(records, dom, neighbours, rho, key,

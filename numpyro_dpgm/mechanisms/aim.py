@@ -58,9 +58,9 @@ import numpy as np
 from ..data import count
 from ..domain import Clique, Domain
 from ..estimation import Result
-from ..inference import junction_tree as jt
 from ..measurements import Measurement
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
 from ..privacy.conversions import Conversion
 from ..privacy.guarantees import ZCDP, PrivacyCost
 from ..privacy.ledger import PrivacyLedger

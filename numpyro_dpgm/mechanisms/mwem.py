@@ -68,15 +68,15 @@ from ..data import count
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
 from ..estimation import Result
-from ..inference import junction_tree as jt
-from ..inference.oracles import MarginalOracle
 from ..measurements import Gaussian, Measurement
 from ..network import MarkovNetwork
+from ..oracles import junction_tree as jt
+from ..oracles.protocol import MarginalOracle
 from ..privacy.conversions import approx_to_zcdp
 from ..privacy.guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 from ..privacy.ledger import PrivacyLedger
 from ..privacy.releases import release_tables
-from ..privacy.sensitivity import _check_neighbours, calibrate, marginal_sensitivity
+from ..privacy.sensitivity import calibrate, check_neighbours, marginal_sensitivity
 from ._inputs import resolve_key, resolve_records, split_key
 from .refit import Refit
 from .selection import exponential_mechanism
@@ -218,7 +218,7 @@ def mwem_pgm(
         raise ValueError(f"iters must be a positive integer, got {iters!r}")
     if mechanism not in ("gaussian", "laplace"):
         raise ValueError(f"unknown mechanism {mechanism!r}; use 'gaussian' or 'laplace'")
-    neighbours = _check_neighbours(neighbours)
+    neighbours = check_neighbours(neighbours)
     try:
         fraction = float(selection_fraction)
     except (TypeError, ValueError):

@@ -31,8 +31,8 @@ import numpy as np
 
 from ..privacy.guarantees import ZCDP, PrivacyCost, PureDP
 from ..privacy.ledger import PrivacyLedger
-from ..privacy.samplers import _opendp_contrib
-from ..privacy.sensitivity import _check_sampler
+from ..privacy.samplers import opendp_contrib
+from ..privacy.sensitivity import check_sampler
 
 __all__ = ["Selection", "exponential_mechanism", "selection_epsilon", "selection_guarantees"]
 
@@ -86,7 +86,7 @@ def _check(scores: Any, epsilon: float, sensitivity: float) -> np.ndarray:
 
 def _opendp_noisy_max(scale: float, sensitivity: float) -> tuple[Any, float]:
     """OpenDP's Gumbel report-noisy-max on ``Vec<f64>`` and its zCDP map at ``sensitivity``."""
-    with _opendp_contrib() as dp:
+    with opendp_contrib() as dp:
         space = (dp.vector_domain(dp.atom_domain(T="f64", nan=False)),
                  dp.linf_distance(T="f64", monotonic=False))
         meas = dp.m.make_noisy_max(*space, dp.zero_concentrated_divergence(), scale=scale)
@@ -148,7 +148,7 @@ def exponential_mechanism(
     [0.09, 0.6652, 0.2447]
     """
     scores = _check(scores, epsilon, sensitivity)
-    sampler = _check_sampler(sampler)
+    sampler = check_sampler(sampler)
     logits = float(epsilon) * (scores - scores.max()) / (2.0 * float(sensitivity))
     probs = np.exp(logits - np.logaddexp.reduce(logits))
     info: dict[str, Any] = {"mechanism": "exponential", "epsilon": float(epsilon),

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
-from ..inference import junction_tree as jt
+from ..oracles import junction_tree as jt
 
 __all__ = [
     "DEFAULT_WORKLOAD_CELLS",
@@ -155,7 +155,7 @@ def model_marginals(model: MarkovRandomField | None, domain: Domain,
     """Probability tables of ``cliques`` under ``model`` (uniform when ``None``).
 
     One run of the network's compiled program answers every clique (out-of-model ones
-    included) on the host; see :func:`numpyro_dpgm.inference.junction_tree.marginals_of`.
+    included) on the host; see :func:`numpyro_dpgm.oracles.junction_tree.marginals_of`.
     """
     if model is None:
         return {c: np.full(domain.shape_of(c), 1.0 / domain.size(c)) for c in cliques}

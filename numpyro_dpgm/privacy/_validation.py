@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 
-def _check_epsilon(epsilon: Any, what: str = "epsilon") -> float:
+def check_epsilon(epsilon: Any, what: str = "epsilon") -> float:
     try:
         value = float(epsilon)
     except (TypeError, ValueError):
@@ -19,7 +19,7 @@ def _check_epsilon(epsilon: Any, what: str = "epsilon") -> float:
     return value
 
 
-def _check_rho(rho: Any) -> float:
+def check_rho(rho: Any) -> float:
     try:
         value = float(rho)
     except (TypeError, ValueError):
@@ -29,7 +29,7 @@ def _check_rho(rho: Any) -> float:
     return value
 
 
-def _check_delta(delta: Any) -> float:
+def check_delta(delta: Any) -> float:
     try:
         value = float(delta)
     except (TypeError, ValueError):
@@ -42,7 +42,7 @@ def _check_delta(delta: Any) -> float:
     return value
 
 
-def _check_sensitivity(value: Any, what: str) -> float:
+def check_sensitivity(value: Any, what: str) -> float:
     try:
         value = float(value)
     except (TypeError, ValueError):

@@ -13,7 +13,7 @@ from typing import Literal
 
 from scipy import optimize, special
 
-from ._validation import _check_delta, _check_epsilon, _check_rho, _check_sensitivity
+from ._validation import check_delta, check_epsilon, check_rho, check_sensitivity
 from .conversions import Conversion, approx_to_zcdp
 
 __all__ = [
@@ -32,7 +32,7 @@ def laplace_scale(epsilon: float, l1_sensitivity: float) -> float:
     The same scale makes the discrete Laplace mechanism on integer queries ε-DP (Ghosh,
     Roughgarden & Sundararajan 2012; Canonne, Kamath & Steinke 2020, §5.2).
     """
-    return _check_sensitivity(l1_sensitivity, "L1 sensitivity") / _check_epsilon(epsilon)
+    return check_sensitivity(l1_sensitivity, "L1 sensitivity") / check_epsilon(epsilon)
 
 
 def gaussian_rho(sigma: float, l2_sensitivity: float) -> float:
@@ -41,15 +41,15 @@ def gaussian_rho(sigma: float, l2_sensitivity: float) -> float:
     The discrete Gaussian with the same σ on integer queries has the same ρ (Canonne, Kamath &
     Steinke 2020, Thm 4).
     """
-    sigma = _check_sensitivity(sigma, "sigma")
-    l2 = _check_sensitivity(l2_sensitivity, "L2 sensitivity")
+    sigma = check_sensitivity(sigma, "sigma")
+    l2 = check_sensitivity(l2_sensitivity, "L2 sensitivity")
     return l2 * l2 / (2.0 * sigma * sigma)
 
 
 def gaussian_sigma_zcdp(rho: float, l2_sensitivity: float) -> float:
     """σ of the ρ-zCDP Gaussian mechanism: ``σ = Δ₂/√(2ρ)`` (inverse of :func:`gaussian_rho`)."""
-    l2 = _check_sensitivity(l2_sensitivity, "L2 sensitivity")
-    return l2 / math.sqrt(2.0 * _check_rho(rho))
+    l2 = check_sensitivity(l2_sensitivity, "L2 sensitivity")
+    return l2 / math.sqrt(2.0 * check_rho(rho))
 
 
 def _log_analytic_delta(sigma: float, epsilon: float, l2: float) -> float:
@@ -72,9 +72,9 @@ def analytic_gaussian_delta(sigma: float, epsilon: float, l2_sensitivity: float)
 
     where Δ is the L2 sensitivity and Φ the standard normal CDF.
     """
-    sigma = _check_sensitivity(sigma, "sigma")
-    l2 = _check_sensitivity(l2_sensitivity, "L2 sensitivity")
-    epsilon = _check_epsilon(epsilon)
+    sigma = check_sensitivity(sigma, "sigma")
+    l2 = check_sensitivity(l2_sensitivity, "L2 sensitivity")
+    epsilon = check_epsilon(epsilon)
     return math.exp(_log_analytic_delta(sigma, epsilon, l2))
 
 
@@ -82,9 +82,9 @@ def analytic_gaussian_epsilon(sigma: float, delta: float, l2_sensitivity: float)
     """Smallest ε for which the Gaussian mechanism is (ε, δ)-DP (inverse of
     :func:`analytic_gaussian_delta` in ε, Balle & Wang 2018, Thm 8); 0 when δ already covers
     the whole privacy loss."""
-    sigma = _check_sensitivity(sigma, "sigma")
-    l2 = _check_sensitivity(l2_sensitivity, "L2 sensitivity")
-    delta = _check_delta(delta)
+    sigma = check_sensitivity(sigma, "sigma")
+    l2 = check_sensitivity(l2_sensitivity, "L2 sensitivity")
+    delta = check_delta(delta)
     log_delta = math.log(delta)
     if _log_analytic_delta(sigma, 0.0, l2) <= log_delta:
         return 0.0
@@ -123,8 +123,8 @@ def gaussian_sigma_approx(
     conversion : {"bs16", "cks20"}
         Used by ``method="zcdp"`` only.
     """
-    epsilon, delta = _check_epsilon(epsilon), _check_delta(delta)
-    l2 = _check_sensitivity(l2_sensitivity, "L2 sensitivity")
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    l2 = check_sensitivity(l2_sensitivity, "L2 sensitivity")
     if method == "zcdp":
         return gaussian_sigma_zcdp(approx_to_zcdp(epsilon, delta, conversion), l2)
     if method != "analytic":

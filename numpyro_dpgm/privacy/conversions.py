@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 from scipy import optimize
 
-from ._validation import _check_delta, _check_epsilon, _check_rho
+from ._validation import check_delta, check_epsilon, check_rho
 
 __all__ = ["Conversion", "approx_to_zcdp", "pure_to_zcdp", "zcdp_to_approx"]
 
@@ -27,7 +27,7 @@ Conversion = Literal["bs16", "cks20"]
 _CONVERSIONS = ("bs16", "cks20")
 
 
-def _check_conversion(conversion: str) -> str:
+def check_conversion(conversion: str) -> str:
     if conversion not in _CONVERSIONS:
         raise ValueError(
             f"unknown zCDP → (ε, δ) conversion {conversion!r}; choose 'bs16' (Bun & Steinke "
@@ -38,7 +38,7 @@ def _check_conversion(conversion: str) -> str:
 
 def pure_to_zcdp(epsilon: float) -> float:
     """ρ of an ε-DP mechanism: ``ρ = ε²/2`` (Bun & Steinke 2016, Prop. 1.4)."""
-    epsilon = _check_epsilon(epsilon)
+    epsilon = check_epsilon(epsilon)
     return 0.5 * epsilon * epsilon
 
 
@@ -84,8 +84,8 @@ def zcdp_to_approx(rho: float, delta: float, conversion: Conversion = "bs16") ->
         Kamath & Steinke 2020, Prop. 12), minimised numerically over α; never larger than
         ``"bs16"``.
     """
-    rho, delta = _check_rho(rho), _check_delta(delta)
-    conversion = _check_conversion(conversion)
+    rho, delta = check_rho(rho), check_delta(delta)
+    conversion = check_conversion(conversion)
     bs16 = _bs16_epsilon(rho, delta)
     if conversion == "bs16":
         return bs16
@@ -100,8 +100,8 @@ def approx_to_zcdp(epsilon: float, delta: float, conversion: Conversion = "bs16"
     :func:`zcdp_to_approx` numerically (it is increasing in ρ) and rounds down, so the returned
     ρ always satisfies ``zcdp_to_approx(ρ, δ, "cks20") ≤ ε``.
     """
-    epsilon, delta = _check_epsilon(epsilon), _check_delta(delta)
-    conversion = _check_conversion(conversion)
+    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    conversion = check_conversion(conversion)
     log_inv_delta = math.log(1.0 / delta)
     # √(L + ε) − √L written without cancellation: ε / (√(L + ε) + √L)
     root = epsilon / (math.sqrt(log_inv_delta + epsilon) + math.sqrt(log_inv_delta))

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ._validation import _check_delta, _check_epsilon, _check_rho
+from ._validation import check_delta, check_epsilon, check_rho
 from .conversions import Conversion, pure_to_zcdp, zcdp_to_approx
 
 __all__ = ["ApproxDP", "PrivacyCost", "PureDP", "ZCDP", "compose"]
@@ -39,7 +39,7 @@ class PureDP:
     epsilon: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
 
     def to_zcdp(self) -> ZCDP:
         """``ε``-DP ⇒ ``ε²/2``-zCDP (Bun & Steinke 2016, Prop. 1.4)."""
@@ -47,7 +47,7 @@ class PureDP:
 
     def to_approx(self, delta: float, conversion: Conversion = "bs16") -> ApproxDP:
         """The (ε', δ) guarantee ``ε' = min(ε, ε_conv(ε²/2, δ))``; ε-DP is (ε, δ)-DP for any δ."""
-        delta = _check_delta(delta)
+        delta = check_delta(delta)
         eps = min(self.epsilon, zcdp_to_approx(pure_to_zcdp(self.epsilon), delta, conversion))
         return ApproxDP(eps, delta)
 
@@ -65,14 +65,14 @@ class ZCDP:
     rho: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rho", _check_rho(self.rho))
+        object.__setattr__(self, "rho", check_rho(self.rho))
 
     def to_zcdp(self) -> ZCDP:
         return self
 
     def to_approx(self, delta: float, conversion: Conversion = "bs16") -> ApproxDP:
         """The (ε, δ)-DP guarantee implied at ``delta`` (see :func:`zcdp_to_approx`)."""
-        delta = _check_delta(delta)
+        delta = check_delta(delta)
         return ApproxDP(zcdp_to_approx(self.rho, delta, conversion), delta)
 
 
@@ -92,8 +92,8 @@ class ApproxDP:
     delta: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
-        object.__setattr__(self, "delta", _check_delta(self.delta))
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        object.__setattr__(self, "delta", check_delta(self.delta))
 
     def to_zcdp(self) -> ZCDP:
         raise ValueError(
@@ -102,7 +102,7 @@ class ApproxDP:
         )
 
     def to_approx(self, delta: float | None = None, conversion: Conversion = "bs16") -> ApproxDP:
-        if delta is not None and _check_delta(delta) < self.delta:
+        if delta is not None and check_delta(delta) < self.delta:
             raise ValueError(
                 f"an ({self.epsilon}, {self.delta})-DP guarantee says nothing at δ = {delta} "
                 f"< {self.delta}"
@@ -113,7 +113,7 @@ class ApproxDP:
 PrivacyCost = PureDP | ZCDP | ApproxDP
 
 
-def _as_cost(cost: Any) -> PrivacyCost:
+def as_cost(cost: Any) -> PrivacyCost:
     if isinstance(cost, PureDP | ZCDP | ApproxDP):
         return cost
     if isinstance(cost, numbers.Real) and not isinstance(cost, bool):
@@ -139,7 +139,7 @@ def compose(costs: Iterable[PrivacyCost | float]) -> PrivacyCost:
         if ``costs`` is empty, if zCDP and (ε, δ) guarantees are mixed (convert the zCDP ones
         with :meth:`ZCDP.to_approx` at a δ of your choice first), or if the composed δ reaches 1.
     """
-    items = [_as_cost(c) for c in costs]
+    items = [as_cost(c) for c in costs]
     if not items:
         raise ValueError("compose() needs at least one privacy cost")
     kinds = {type(c) for c in items}

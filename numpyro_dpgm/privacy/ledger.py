@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from .conversions import Conversion, _check_conversion, approx_to_zcdp
-from .guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP, _as_cost
+from .conversions import Conversion, approx_to_zcdp, check_conversion
+from .guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP, as_cost
 
 __all__ = ["BudgetExceededError", "LedgerEntry", "PrivacyBudget", "PrivacyLedger"]
 
@@ -130,8 +130,8 @@ class PrivacyLedger:
         currency: Currency | None = None,
         conversion: Conversion = "bs16",
     ):
-        total = _as_cost(total)
-        self._conversion = _check_conversion(conversion)
+        total = as_cost(total)
+        self._conversion = check_conversion(conversion)
         default = {PureDP: "pure", ZCDP: "zcdp", ApproxDP: "approx"}[type(total)]
         currency = default if currency is None else currency
         allowed = {PureDP: ("pure",), ZCDP: ("zcdp",), ApproxDP: ("approx", "zcdp")}[type(total)]
@@ -235,9 +235,9 @@ class PrivacyLedger:
             if no offered guarantee can be paid in this currency (see the class notes).
         """
         options = (
-            [_as_cost(c) for c in cost]
+            [as_cost(c) for c in cost]
             if isinstance(cost, Sequence) and not isinstance(cost, str)
-            else [_as_cost(cost)]
+            else [as_cost(cost)]
         )
         if not options:
             raise ValueError("no privacy cost given")

@@ -30,7 +30,6 @@ import pandas as pd
 from .._warnings import SparseTableWarning, warn_sparse_tables
 from ..data import Dataset, count
 from ..domain import Clique, Domain
-from ..inference.memory import physical_memory
 from ..measurements import (
     DiscreteGaussian,
     DiscreteLaplace,
@@ -40,23 +39,24 @@ from ..measurements import (
     NoiseSpec,
 )
 from ..network import MarkovNetwork
+from ..oracles.memory import physical_memory
 from ..tables import CliqueTables
 from .calibration import gaussian_rho
 from .conversions import Conversion
 from .guarantees import ApproxDP, PrivacyCost
 from .ledger import PrivacyLedger
-from .samplers import _opendp_draw, _opendp_measurement, simulate_noise
+from .samplers import opendp_draw, opendp_measurement, simulate_noise
 from .sensitivity import (
     Mechanism,
     Neighbours,
     Sampler,
     Sensitivity,
-    _as_budget,
-    _check_mechanism,
-    _check_neighbours,
-    _check_person_bound,
-    _check_sampler,
+    as_budget,
     calibrate,
+    check_mechanism,
+    check_neighbours,
+    check_person_bound,
+    check_sampler,
     marginal_sensitivity,
 )
 
@@ -194,7 +194,7 @@ def _resolve_cliques(
     return items, domain
 
 
-def _check_rng(sampler: str, rng_key: Any) -> Any:
+def check_rng(sampler: str, rng_key: Any) -> Any:
     if sampler == "opendp":
         if rng_key is not None:
             raise ValueError(
@@ -299,7 +299,7 @@ def _release_counted(
         details["conversion"] = plan.conversion
 
     if sampler == "opendp":
-        meas, vetted = _opendp_measurement(spec, sensitivity)
+        meas, vetted = opendp_measurement(spec, sensitivity)
         closed_form = (
             guarantees[0].epsilon
             if isinstance(spec, Laplace | DiscreteLaplace)
@@ -316,7 +316,7 @@ def _release_counted(
         ledger.debit(guarantees, label, details)
 
     if sampler == "opendp":
-        noisy = _opendp_draw(meas, spec, flat)
+        noisy = opendp_draw(meas, spec, flat)
     else:
         noise = np.asarray(simulate_noise(rng_key, spec, flat.shape), dtype=np.float64)
         noisy = flat + noise
@@ -401,18 +401,18 @@ def release(
     BudgetExceededError
         If the ledger cannot pay; nothing is drawn or charged.
     """
-    mechanism = _check_mechanism(mechanism)  # type: ignore[assignment]
-    neighbours = _check_neighbours(neighbours)  # type: ignore[assignment]
-    sampler = _check_sampler(sampler)  # type: ignore[assignment]
-    budget = _as_budget(budget)
-    key = _check_rng(sampler, rng_key)
+    mechanism = check_mechanism(mechanism)  # type: ignore[assignment]
+    neighbours = check_neighbours(neighbours)  # type: ignore[assignment]
+    sampler = check_sampler(sampler)  # type: ignore[assignment]
+    budget = as_budget(budget)
+    key = check_rng(sampler, rng_key)
     if domain is None and isinstance(cliques, MarkovNetwork) and not isinstance(data, Dataset):
         domain = cliques.domain
     records, dom = _resolve_data(data, domain)
     clique_list, dom = _resolve_cliques(cliques, dom)
     assert dom is not None
     check_release_size(clique_list, dom, _num_records(records), max_cells)
-    bound = 1.0 if person_bound is None else _check_person_bound(person_bound)
+    bound = 1.0 if person_bound is None else check_person_bound(person_bound)
     label = label or _default_label(mechanism, clique_list)
     plan = _plan(
         len(clique_list),
@@ -476,12 +476,12 @@ def release_tables(
     discrete mechanisms require integer-valued tables. Other parameters and errors as in
     :func:`release`.
     """
-    mechanism = _check_mechanism(mechanism)  # type: ignore[assignment]
-    neighbours = _check_neighbours(neighbours)  # type: ignore[assignment]
-    sampler = _check_sampler(sampler)  # type: ignore[assignment]
-    budget = _as_budget(budget)
-    key = _check_rng(sampler, rng_key)
-    bound = _check_person_bound(person_bound)
+    mechanism = check_mechanism(mechanism)  # type: ignore[assignment]
+    neighbours = check_neighbours(neighbours)  # type: ignore[assignment]
+    sampler = check_sampler(sampler)  # type: ignore[assignment]
+    budget = as_budget(budget)
+    key = check_rng(sampler, rng_key)
+    bound = check_person_bound(person_bound)
     if not isinstance(tables, Mapping):
         raise TypeError(
             f"tables must be a CliqueTables (clique -> count table), got {type(tables).__name__}"

@@ -48,7 +48,7 @@ __all__ = [
 # samplers
 # --------------------------------------------------------------------------------------------
 @contextmanager
-def _opendp_contrib() -> Iterator[Any]:
+def opendp_contrib() -> Iterator[Any]:
     """``opendp.prelude`` with the "contrib" feature on (restored afterwards)."""
     try:
         import opendp.prelude as dp
@@ -67,13 +67,13 @@ def _opendp_contrib() -> Iterator[Any]:
             dp.disable_features("contrib")
 
 
-def _opendp_measurement(spec: NoiseSpec, sensitivity: Sensitivity) -> tuple[Any, float]:
+def opendp_measurement(spec: NoiseSpec, sensitivity: Sensitivity) -> tuple[Any, float]:
     """OpenDP measurement on a vector of all cells, and its privacy map at the sensitivity.
 
     The map is ε (MaxDivergence) for the Laplace variants and ρ (ZeroConcentratedDivergence)
     for the Gaussian variants.
     """
-    with _opendp_contrib() as dp:
+    with opendp_contrib() as dp:
         if isinstance(spec, Laplace | Gaussian):
             try:
                 atom = dp.atom_domain(T="f64", nan=False)
@@ -95,7 +95,7 @@ def _opendp_measurement(spec: NoiseSpec, sensitivity: Sensitivity) -> tuple[Any,
         return meas, float(meas.map(d_in))
 
 
-def _opendp_draw(meas: Any, spec: NoiseSpec, values: np.ndarray) -> np.ndarray:
+def opendp_draw(meas: Any, spec: NoiseSpec, values: np.ndarray) -> np.ndarray:
     if isinstance(spec, DiscreteLaplace | DiscreteGaussian):
         out = meas(np.rint(values).astype(np.int64).tolist())
     else:

@@ -48,7 +48,7 @@ from ..measurements import (
     NoiseSpec,
 )
 from .calibration import gaussian_rho, gaussian_sigma_approx, gaussian_sigma_zcdp, laplace_scale
-from .conversions import Conversion, _check_conversion, approx_to_zcdp
+from .conversions import Conversion, approx_to_zcdp, check_conversion
 from .guarantees import ZCDP, ApproxDP, PrivacyCost, PureDP
 
 __all__ = [
@@ -78,13 +78,13 @@ class Sensitivity(NamedTuple):
 # --------------------------------------------------------------------------------------------
 # argument checking
 # --------------------------------------------------------------------------------------------
-def _check_mechanism(mechanism: str) -> str:
+def check_mechanism(mechanism: str) -> str:
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown mechanism {mechanism!r}; choose one of {list(MECHANISMS)}")
     return mechanism
 
 
-def _check_neighbours(neighbours: str) -> str:
+def check_neighbours(neighbours: str) -> str:
     if neighbours == "replace":  # accepted alias
         return "replace_one"
     if neighbours not in NEIGHBOURS:
@@ -96,7 +96,7 @@ def _check_neighbours(neighbours: str) -> str:
     return neighbours
 
 
-def _check_sampler(sampler: str) -> str:
+def check_sampler(sampler: str) -> str:
     if sampler not in _SAMPLERS:
         raise ValueError(
             f"unknown sampler {sampler!r}; choose 'opendp' (vetted, for real releases) or "
@@ -105,7 +105,7 @@ def _check_sampler(sampler: str) -> str:
     return sampler
 
 
-def _check_person_bound(person_bound: Any) -> float:
+def check_person_bound(person_bound: Any) -> float:
     try:
         value = float(person_bound)
     except (TypeError, ValueError):
@@ -143,15 +143,15 @@ def marginal_sensitivity(
         raise TypeError(f"num_cliques must be an integer, got {num_cliques!r}")
     if num_cliques < 1:
         raise ValueError(f"num_cliques must be at least 1, got {num_cliques}")
-    neighbours = _check_neighbours(neighbours)
-    b = _check_person_bound(person_bound)
+    neighbours = check_neighbours(neighbours)
+    b = check_person_bound(person_bound)
     k = int(num_cliques)
     if neighbours == "add_remove":
         return Sensitivity(b * k, b * math.sqrt(k))
     return Sensitivity(2.0 * b * k, b * math.sqrt(2.0 * k))
 
 
-def _as_budget(budget: Any) -> PrivacyCost:
+def as_budget(budget: Any) -> PrivacyCost:
     if isinstance(budget, PureDP | ZCDP | ApproxDP):
         return budget
     if isinstance(budget, numbers.Real) and not isinstance(budget, bool):
@@ -195,9 +195,9 @@ def calibrate(
         Every guarantee the release satisfies, most specific first (what a ledger is debited
         with; see :meth:`PrivacyLedger.charge_of`).
     """
-    mechanism = _check_mechanism(mechanism)
-    budget = _as_budget(budget)
-    conversion = _check_conversion(conversion)  # type: ignore[assignment]
+    mechanism = check_mechanism(mechanism)
+    budget = as_budget(budget)
+    conversion = check_conversion(conversion)  # type: ignore[assignment]
     if not isinstance(sensitivity, Sensitivity):
         sensitivity = Sensitivity(*sensitivity)
     if calibration not in (None, "analytic", "zcdp"):

@@ -26,7 +26,7 @@ from numpyro_dpgm.distributions.constraints import (
     ScaledMarginalPolytopeTransform,
     scaled_marginal_polytope,
 )
-from numpyro_dpgm.inference import junction_tree as jt
+from numpyro_dpgm.oracles import junction_tree as jt
 
 TOL = 1e-10  # float64, tiny models
 

@@ -215,7 +215,7 @@ LEARNERS = {"learn_ising": dict(width=1.0, iterations=20),
 
 
 def _learner(name: str):
-    from numpyro_dpgm.estimation import private_mrf
+    from numpyro_dpgm.learners import private_mrf
 
     return getattr(private_mrf, name)
 
@@ -260,9 +260,9 @@ def test_learner_takes_the_domain_second_and_the_rest_by_keyword(name: str) -> N
 def test_other_learners_share_the_contract(name: str, second: str) -> None:
     """The structure learner takes a domain in second place; DP-SGD learns the parameters of a
     given structure, so it takes the network there. The rest is the learners' contract."""
-    import numpyro_dpgm.estimation as estimation
+    import numpyro_dpgm.learners as learners
 
-    params = list(inspect.signature(getattr(estimation, name)).parameters.values())
+    params = list(inspect.signature(getattr(learners, name)).parameters.values())
     assert [p.name for p in params[:5]] == ["data", second, "budget", "rng_key", "ledger"]
     assert params[2].default is inspect.Parameter.empty and params[4].default is None
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[2:])

@@ -19,9 +19,9 @@ from numpyro_dpgm.estimation import (
     naive_mle,
     project_simplex,
 )
-from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
 from numpyro_dpgm.metrics import kl_divergence
+from numpyro_dpgm.oracles import junction_tree as jt
 from numpyro_dpgm.tables import CliqueTables
 
 # ------------------------------------------------------------------------------------------------

@@ -114,8 +114,8 @@ def test_error_on_released_marginals_falls_with_the_noise(epsilon):
 
 @pytest.mark.usefixtures("keep_programs")
 def test_an_appgm_refit_with_new_values_does_not_recompile():
-    from numpyro_dpgm.inference import gbp
-    from numpyro_dpgm.inference.oracles import ConvexGBPOracle
+    from numpyro_dpgm.oracles import gbp
+    from numpyro_dpgm.oracles.protocol import ConvexGBPOracle
 
     rng = np.random.default_rng(25)
     oracle = ConvexGBPOracle(CYCLE)
@@ -137,7 +137,7 @@ def test_the_region_graph_and_the_measurements_are_data_of_the_loop_not_constant
     import jax.numpy as jnp
 
     from numpyro_dpgm.estimation.losses import build_terms, group_terms, terms_loss
-    from numpyro_dpgm.inference.oracles import (
+    from numpyro_dpgm.oracles.protocol import (
         ConvexGBPOracle,
         ExactOracle,
         apply_oracle,

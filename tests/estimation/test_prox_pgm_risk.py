@@ -17,8 +17,8 @@ from numpyro_dpgm.estimation.losses import build_terms, group_answers, group_ter
 from numpyro_dpgm.estimation.mirror_descent import MarginalLoss
 from numpyro_dpgm.estimation.prox_pgm import ProxPGMConvergenceWarning, prox_pgm
 from numpyro_dpgm.estimation.risk_stop import risk_path
-from numpyro_dpgm.inference.oracles import ExactOracle
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
+from numpyro_dpgm.oracles.protocol import ExactOracle
 
 TREE = MarkovNetwork({"a": 2, "b": 3, "c": 2}, [("a", "b"), ("b", "c")])
 

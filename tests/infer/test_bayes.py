@@ -33,8 +33,8 @@ from numpyro_dpgm.infer.bayes import (
     run_nuts,
     run_svi,
 )
-from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
+from numpyro_dpgm.oracles import junction_tree as jt
 
 # ------------------------------------------------------------------------------------------------
 # gauge

@@ -44,10 +44,15 @@ from numpyro_dpgm.infer.bayes.collapsed import CollapsedModel
 from numpyro_dpgm.infer.bayes.collapsed_tree import release_tree, tree_log_likelihood
 from numpyro_dpgm.infer.bayes.count_sites import CountSiteError
 from numpyro_dpgm.infer.bayes.laplace_mixture import inverse_gaussian, noise_variances
-from numpyro_dpgm.infer.bayes.nuts import choose_path, collapsed_fit, user_collapse
+from numpyro_dpgm.infer.bayes.nuts import (
+    choose_path,
+    collapsed_fit,
+    collapsed_size,
+    user_collapse,
+)
 from numpyro_dpgm.infer.diagnostics import to_inference_data
-from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
+from numpyro_dpgm.oracles import junction_tree as jt
 
 TOTAL = 200
 AB = np.array([[40.0, 10, 30], [20, 60, 40]])
@@ -370,6 +375,23 @@ def large_release(total: int, values: int = 12) -> tuple[MarkovNetwork, list[Mea
     rng = np.random.default_rng(1)
     return net, [Measurement(c, table + rng.laplace(0, 3, table.shape), Laplace(3.0))
                  for c in net.cliques]
+
+
+def test_size_rule_counts_every_table_together():
+    """The normal relaxation's coordinates of all latent tables together decide, and the
+    sparsest table's records per cell: each within the rule's bounds or a reason why not."""
+    from numpyro_dpgm.distributions.normal_cgm import normal_tables_plan
+    from numpyro_dpgm.infer.bayes.nuts import COLLAPSED_MIN_COUNT, COLLAPSED_MIN_DIM
+
+    net, _ = large_release(100_000)
+    dim = normal_tables_plan(net).dim
+    assert COLLAPSED_MIN_DIM <= dim and 2 * dim > COLLAPSED_MIN_DIM
+    assert collapsed_size([(net, 100_000.0)]) is None
+    assert collapsed_size([(net, 100_000.0), (net, 100_000.0)]) is None
+    largest = max(net.domain.size(c) for c in net.cliques)
+    sparse = COLLAPSED_MIN_COUNT * largest * 0.99
+    assert "records per cell" in collapsed_size([(net, 100_000.0), (net, sparse)])
+    assert "coordinates" in collapsed_size([(NET, TOTAL)])
 
 
 def test_choose_path_collapsed_by_rule():

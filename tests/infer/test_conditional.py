@@ -25,8 +25,8 @@ from numpyro_dpgm.infer.bayes import noisy_marginals_model
 from numpyro_dpgm.infer.bayes.coding import reference_coding
 from numpyro_dpgm.infer.bayes.conditional import conditional_coding
 from numpyro_dpgm.infer.bayes.model import released_reference
-from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.measurements import Laplace, Measurement
+from numpyro_dpgm.oracles import junction_tree as jt
 
 NETWORKS = {
     "pair": MarkovNetwork({"a": 2, "b": 3}, [("a", "b")]),

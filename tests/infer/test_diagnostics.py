@@ -11,7 +11,6 @@ from scipy.special import logsumexp
 from scipy.stats import laplace
 
 from numpyro_dpgm import MarkovNetwork
-from numpyro_dpgm.experiments.convergence import demo_convergence, demo_release
 from numpyro_dpgm.infer.bayes import cell_labels, noisy_marginals_model, run_svi
 from numpyro_dpgm.infer.diagnostics import (
     clique_tables,
@@ -21,6 +20,7 @@ from numpyro_dpgm.infer.diagnostics import (
     to_inference_data,
 )
 from numpyro_dpgm.measurements import Laplace, Measurement
+from studies.convergence import demo_convergence, demo_release
 
 
 @pytest.fixture(scope="module")

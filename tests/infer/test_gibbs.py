@@ -40,8 +40,8 @@ from numpyro_dpgm.infer.bayes.records import (
     records_from_tables,
     tables_from_records,
 )
-from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.measurements import Laplace, Measurement
+from numpyro_dpgm.oracles import junction_tree as jt
 
 # ------------------------------------------------------------------------------------------------
 # the 6-cell table, N = 12, Laplace b = 2, θ fixed

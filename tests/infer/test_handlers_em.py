@@ -26,8 +26,8 @@ from numpyro_dpgm.distributions import CollectiveGraphicalModel, GaussianNoise, 
 from numpyro_dpgm.estimation import cgm_em
 from numpyro_dpgm.infer import EM, nlbp
 from numpyro_dpgm.infer.em import EMConvergenceWarning
-from numpyro_dpgm.inference.nlbp import nlbp_map
 from numpyro_dpgm.measurements import Laplace, Measurement
+from numpyro_dpgm.oracles.nlbp import nlbp_map
 
 CHAIN = MarkovNetwork({"a": 2, "b": 3, "c": 2}, [("a", "b"), ("b", "c")])
 N = 150.0

@@ -14,8 +14,8 @@ from mechanism_data import (
 )
 
 from numpyro_dpgm import Domain, count, synthesize
-from numpyro_dpgm.inference.rounding import rounding_order
 from numpyro_dpgm.mechanisms import mst
+from numpyro_dpgm.oracles.rounding import rounding_order
 from numpyro_dpgm.privacy import ZCDP, ApproxDP, PureDP, approx_to_zcdp
 
 FAST = {"sampler": "jax", "iters": 300}

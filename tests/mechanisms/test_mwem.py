@@ -10,9 +10,9 @@ import pytest
 
 from numpyro_dpgm.data import count
 from numpyro_dpgm.distributions.mrf import MarkovRandomField
-from numpyro_dpgm.inference import junction_tree as jt
 from numpyro_dpgm.mechanisms import exponential_mechanism, mwem_pgm, workload_error
 from numpyro_dpgm.network import MarkovNetwork
+from numpyro_dpgm.oracles import junction_tree as jt
 from numpyro_dpgm.privacy import ZCDP, ApproxDP, BudgetExceededError, PrivacyLedger, PureDP
 
 DOMAIN = {"a": 3, "b": 3, "c": 3, "d": 3, "e": 2}

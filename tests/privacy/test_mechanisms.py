@@ -229,10 +229,10 @@ def test_release_errors(records):
 @pytest.mark.parametrize("sampler,rng", [("jax", 0), ("opendp", None)])
 def test_refusal_draws_nothing(records, monkeypatch, sampler, rng):
     draws = []
-    real_jax, real_odp = release_module.simulate_noise, release_module._opendp_draw
+    real_jax, real_odp = release_module.simulate_noise, release_module.opendp_draw
     monkeypatch.setattr(release_module, "simulate_noise",
                         lambda *a: draws.append(a) or real_jax(*a))
-    monkeypatch.setattr(release_module, "_opendp_draw", lambda *a: draws.append(a) or real_odp(*a))
+    monkeypatch.setattr(release_module, "opendp_draw", lambda *a: draws.append(a) or real_odp(*a))
     ledger = PrivacyLedger(ZCDP(0.5))
     kw = dict(domain=DOMAIN, sampler=sampler, rng_key=rng, ledger=ledger, mechanism="gaussian")
     release(records, CLIQUES, ZCDP(0.3), **kw)

@@ -36,7 +36,7 @@ import numpy as np
 
 from ...domain import Clique, Domain
 from ...network import MarkovNetwork
-from .labels import _cell_label
+from .labels import cell_label
 
 __all__ = ["ReferenceCoding", "cached_coding", "reference_coding", "reference_levels"]
 
@@ -92,7 +92,7 @@ class ReferenceCoding:
             hshape = network.shapes[host]
             containing = [i for i, c in enumerate(network.cliques) if set(attrs) <= set(c)]
             for v in itertools.product(*levels):
-                labels.append(_cell_label(attrs, v))
+                labels.append(cell_label(attrs, v))
                 val = dict(zip(attrs, v, strict=True))
                 # M: every cell of the host table with x_A = v
                 for cell in np.ndindex(*hshape):

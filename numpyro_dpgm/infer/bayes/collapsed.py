@@ -65,7 +65,7 @@ import numpyro.distributions as dist
 from numpyro.infer import NUTS, CustomGibbs, Gibbs
 
 from ...distributions.normal_cgm import logit_conditionals, normal_tables
-from ...inference import junction_tree as jt
+from ...oracles import junction_tree as jt
 from .collapsed_tree import (
     TreeReleaseNormal,
     release_tree,

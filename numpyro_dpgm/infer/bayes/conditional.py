@@ -33,10 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...distributions.constraints import decomposable_layout
-from ...inference import junction_tree as jt
 from ...network import MarkovNetwork
+from ...oracles import junction_tree as jt
 from .coding import cached_coding, reference_levels
-from .labels import _cell_label
+from .labels import cell_label
 
 __all__ = ["ConditionalCoding", "conditional_coding"]
 
@@ -119,11 +119,11 @@ class ConditionalCoding:
             param.append(beta_idx)
             group.append(g + s_idx)
             for s in np.ndindex(*s_shape):
-                s_lab = _cell_label(sep, s)
+                s_lab = cell_label(sep, s)
                 for r in np.ndindex(*r_shape):
                     if int(np.ravel_multi_index(r, r_shape)) == r0:
                         continue
-                    lab = _cell_label(res, r)
+                    lab = cell_label(res, r)
                     labels.append(f"{lab}|{s_lab}" if sep else lab)
             ref_pos.append(by_sr[:, r0])
             spans.append((j, int(np.prod(s_shape)), n_r, r0))

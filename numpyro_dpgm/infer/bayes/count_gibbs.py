@@ -45,7 +45,7 @@ from numpyro.infer.hmc import HMC
 from numpyro.infer.hmc_gibbs import HMCGibbsState
 from numpyro.infer.mcmc import MCMCKernel
 
-from ...inference import junction_tree as jt
+from ...oracles import junction_tree as jt
 from .count_sites import (
     NOISE_FAMILIES,
     CountLayout,

@@ -30,7 +30,7 @@ from numpyro import handlers
 from numpyro.infer.gibbs import prototype_trace
 
 from ...distributions.cgm import CollectiveGraphicalModel
-from ...distributions.noise import _DiscreteGaussian1, _DiscreteLaplace1
+from ...distributions.noise import DiscreteGaussian1, DiscreteLaplace1
 from ...network import MarkovNetwork
 
 __all__ = [
@@ -52,7 +52,7 @@ Array = Any
 #: order: those of ``LaplaceNoise``, ``GaussianNoise``, ``DiscreteLaplaceNoise`` and
 #: ``DiscreteGaussianNoise`` (NumPyro's ``Laplace`` and ``Normal``, wrapped by ``to_event`` or a
 #: plate, are the same observation models).
-NOISE_FAMILIES = (dist.Laplace, dist.Normal, _DiscreteLaplace1, _DiscreteGaussian1)
+NOISE_FAMILIES = (dist.Laplace, dist.Normal, DiscreteLaplace1, DiscreteGaussian1)
 
 #: Entries of the linear map's columns computed at once (bounds the memory of a chunk).
 _CHUNK_ENTRIES = 4_000_000

@@ -75,7 +75,7 @@ def init_to_interior(
     return transform(u)
 
 
-def _init_values(model: Any, init: str | Mapping[str, Array]) -> dict[str, Array]:
+def init_values(model: Any, init: str | Mapping[str, Array]) -> dict[str, Array]:
     if isinstance(model, NoisyMarginalsModel):
         return model.starting_point(init)
     if isinstance(init, str):

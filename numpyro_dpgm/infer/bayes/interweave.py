@@ -68,9 +68,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...inference import junction_tree as jt
+from ...oracles import junction_tree as jt
 from .conditional import ConditionalCoding
-from .records import RecordPlan, _log_lik
+from .records import RecordPlan, log_lik
 
 __all__ = ["STEP_SCALES", "Events", "events", "noncentred_moves", "noise_share",
            "released_noise_share"]
@@ -291,8 +291,8 @@ def noncentred_moves(
         n_new = n + change
         phi_new = (phi + delta * model.coding.tangent(event)
                    - kappa * model.coding.tangent(context))
-        log_alpha = (jnp.sum(_log_lik(fam, y, model.predict(n_new), ys)
-                             - _log_lik(fam, y, model.predict(n), ys))
+        log_alpha = (jnp.sum(log_lik(fam, y, model.predict(n_new), ys)
+                             - log_lik(fam, y, model.predict(n), ys))
                      - 0.5 * jnp.sum((phi_new / prior_scale) ** 2 - (phi / prior_scale) ** 2))
         accept = (k <= k_max) & (jnp.log(jax.random.uniform(k_u, dtype=phi.dtype)) < log_alpha)
         at = jnp.where(accept & active, pos, plan.total)  # out of range: dropped

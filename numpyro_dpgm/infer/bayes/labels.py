@@ -11,7 +11,7 @@ from ...network import MarkovNetwork
 __all__ = ["cell_labels"]
 
 
-def _cell_label(attrs: Sequence[str], values: Sequence[int]) -> str:
+def cell_label(attrs: Sequence[str], values: Sequence[int]) -> str:
     return ",".join(f"{a}={v}" for a, v in zip(attrs, values, strict=True))
 
 
@@ -30,6 +30,6 @@ def cell_labels(network: MarkovNetwork) -> tuple[list[str], list[str]]:
     cells, owners = [], []
     for c, shape in zip(network.cliques, network.shapes, strict=True):
         for idx in np.ndindex(*shape):
-            cells.append(_cell_label(c, idx))
+            cells.append(cell_label(c, idx))
             owners.append(",".join(c))
     return cells, owners

@@ -50,8 +50,6 @@ from ...distributions.normal_cgm import (
 )
 from ...distributions.relaxation import relaxation_leak
 from ...domain import Clique
-from ...inference import junction_tree as jt
-from ...inference.calibration import clique_log_potentials
 from ...measurements import (
     DiscreteGaussian,
     DiscreteLaplace,
@@ -61,10 +59,12 @@ from ...measurements import (
     measurement_list,
 )
 from ...network import MarkovNetwork
+from ...oracles import junction_tree as jt
+from ...oracles.calibration import clique_log_potentials
 from ...tables import project_table
 from .coding import reference_coding
 from .conditional import ConditionalCoding, conditional_coding
-from .labels import _cell_label, cell_labels
+from .labels import cell_label, cell_labels
 
 __all__ = ["CODINGS", "DEFAULT_PRIOR_SCALE", "RELAXATIONS", "NoisyMarginalsModel",
            "noisy_marginals_model", "released_reference"]
@@ -190,7 +190,7 @@ class NoisyMarginalsModel:
             scale = m.noise.scale if isinstance(m.noise, _LAPLACE) else m.noise.sigma
             scales.append(np.full(m.values.size, float(scale)))
             if m.query is None:
-                labels.append([_cell_label(clique, idx)
+                labels.append([cell_label(clique, idx)
                                for idx in np.ndindex(*network.domain.shape_of(clique))])
             else:
                 labels.append([f"{','.join(clique)}:q{i}" for i in range(m.values.size)])
@@ -482,7 +482,7 @@ def _normal_constants(latent: MarkovNetwork,
     for b in plan.blocks:
         shape = latent.domain.shape_of(b.clique)
         cells = np.stack(np.unravel_index(b.to_rows, shape), axis=-1)
-        labels += [_cell_label(b.clique, idx) for idx in cells]
+        labels += [cell_label(b.clique, idx) for idx in cells]
         sl = slice(b.offset, b.offset + b.rows * b.cols)
         reference[sl] = 1.0 / b.cols
         precision, weighted = 0.0, 0.0

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -41,6 +41,7 @@ from numpyro.infer import MCMC, NUTS
 from ...distributions.cgm import CollectiveGraphicalModel
 from ...distributions.normal_cgm import normal_tables_plan
 from ...distributions.relaxation import LEAK_TOLERANCE
+from ...network import MarkovNetwork
 from .checks import (
     TARGET_ESS,
     ConvergenceWarning,
@@ -63,14 +64,14 @@ from .count_gibbs import CGMGibbs, RecordMoves
 from .count_sites import CountSiteError, count_networks, split_sites
 from .extend import draw_until
 from .gibbs import exact_kernel
-from .initialization import _init_values, init_to_interior
+from .initialization import init_to_interior, init_values
 from .interweave import released_noise_share
 from .model import OBSERVED, NoisyMarginalsModel
 from .warmup import bounded_warmup
 
 __all__ = ["COLLAPSED_MAX_DIM", "COLLAPSED_MIN_COUNT", "COLLAPSED_MIN_DIM", "DENSE_MAX_DIM",
            "NORMAL_MIN_VARIANCE", "NUTS_FIELDS", "PINNED_SHARE", "choose_path", "collapsed_fit",
-           "released_noise_variance", "run_nuts", "user_collapse"]
+           "collapsed_size", "released_noise_variance", "run_nuts", "user_collapse"]
 
 Array = Any
 
@@ -175,7 +176,7 @@ def choose_path(
         return "collapsed", f"{PATH_REASON} (collapsed=True)"
     if (collapsed is None and exact is None and model.relaxed
             and collapsed_fit(model, one_release) is None):
-        return "collapsed", _collapsed_reason(model)
+        return "collapsed", _collapsed_reason(normal_tables_plan(model.latent_network).dim)
     if not model.relaxed and exact is not False:
         return "exact", "the model's CGM site is exact (relaxed=False)"
     normal = model.relaxation == "normal"
@@ -220,21 +221,27 @@ def collapsed_fit(model: NoisyMarginalsModel, one_release: bool = True,
     unable = collapsed_unable(model, one_release)
     if unable is not None or not by_default:
         return unable
-    dim = normal_tables_plan(model.latent_network).dim
+    return collapsed_size([(model.latent_network, float(model.total_count))])
+
+
+def collapsed_size(tables: Sequence[tuple[MarkovNetwork, float]]) -> str | None:
+    """The collapsed path's size rule over latent tables ``(network, N)``, all together:
+    ``None`` where their normal relaxation has :data:`COLLAPSED_MIN_DIM` to
+    :data:`COLLAPSED_MAX_DIM` coordinates and each largest table holds at least
+    :data:`COLLAPSED_MIN_COUNT` records per cell, else why not."""
+    dim = sum(normal_tables_plan(net).dim for net, _ in tables)
     if not COLLAPSED_MIN_DIM <= dim <= COLLAPSED_MAX_DIM:
         return (f"the release's normal relaxation has {dim} coordinates, outside "
                 f"[{COLLAPSED_MIN_DIM}, {COLLAPSED_MAX_DIM}] (COLLAPSED_MIN_DIM, "
                 "COLLAPSED_MAX_DIM)")
-    largest = max(model.latent_network.domain.size(c) for c in model.latent_network.cliques)
-    per_cell = float(model.total_count) / largest
+    per_cell = min(total / max(net.domain.size(c) for c in net.cliques) for net, total in tables)
     if per_cell < COLLAPSED_MIN_COUNT:
         return (f"the largest latent table holds {per_cell:.3g} records per cell, below "
                 f"COLLAPSED_MIN_COUNT = {COLLAPSED_MIN_COUNT:g}")
     return None
 
 
-def _collapsed_reason(model: NoisyMarginalsModel) -> str:
-    dim = normal_tables_plan(model.latent_network).dim
+def _collapsed_reason(dim: int) -> str:
     return (f"{PATH_REASON}: the release is large ({dim} coordinates, where joint NUTS on θ "
             f"and the tables was measured not to mix from 319 cells on) and its tables hold "
             f"many records (at least {COLLAPSED_MIN_COUNT:g} per cell of the largest)")
@@ -402,7 +409,7 @@ def run_nuts(
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
     method = _chain_method(chain_method, num_chains)
-    values = _init_values(model, init)
+    values = init_values(model, init)
     if not isinstance(model, NoisyMarginalsModel):
         counts, others = split_sites(model, model_args, model_kwargs)
         plan = user_collapse(model, model_args, model_kwargs, exact, collapsed)
@@ -559,13 +566,9 @@ def user_collapse(model: Callable[..., Any], model_args: tuple = (),
                              "count tables: θ is fixed, and the exact path samples the tables")
         return None
     if not collapsed:
-        nets = count_networks(model, model_args, model_kwargs)
-        dim = sum(normal_tables_plan(net).dim for net, _ in nets.values()
-                  if net.is_decomposable)
-        per_cell = min(float(np.min(total)) / max(net.domain.size(c) for c in net.cliques)
-                       for net, total in nets.values())
-        if not (COLLAPSED_MIN_DIM <= dim <= COLLAPSED_MAX_DIM
-                and per_cell >= COLLAPSED_MIN_COUNT):
+        nets = count_networks(model, model_args, model_kwargs).values()
+        if not all(net.is_decomposable for net, _ in nets) or collapsed_size(
+                [(net, float(np.min(total))) for net, total in nets]) is not None:
             return None
     try:
         plan = collapse_plan(model, model_args, model_kwargs)
@@ -573,13 +576,10 @@ def user_collapse(model: Callable[..., Any], model_args: tuple = (),
         if collapsed:
             raise ValueError(f"collapsed=True, but {e}") from None
         return None
-    reason = (f"{PATH_REASON}, on the model's site(s) "
-              f"{', '.join(repr(s.name) for s in plan.sites)}")
+    sites = ", ".join(repr(s.name) for s in plan.sites)
     if collapsed:
-        return plan, f"{reason} (collapsed=True)"
-    return plan, (f"{reason}: the release is large ({plan.dim} coordinates, where joint "
-                  "samplers were measured not to mix from 319 cells on) and its tables hold "
-                  f"many records (at least {COLLAPSED_MIN_COUNT:g} per cell of the largest)")
+        return plan, f"{PATH_REASON}, on the model's site(s) {sites} (collapsed=True)"
+    return plan, f"{_collapsed_reason(plan.dim)}; on the model's site(s) {sites}"
 
 
 def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: tuple,

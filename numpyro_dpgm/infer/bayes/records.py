@@ -61,8 +61,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...distributions.constraints import decomposable_layout
-from ...inference import junction_tree as jt
 from ...network import MarkovNetwork
+from ...oracles import junction_tree as jt
 
 __all__ = [
     "DealPlan",
@@ -277,7 +277,7 @@ def tables_from_records(plan: RecordPlan, codes: Array, dtype: Any = None) -> Ar
     return out if dtype is None else out.astype(dtype)
 
 
-def _log_lik(family: str, y: Array, pred: Array, scale: Array) -> Array:
+def log_lik(family: str, y: Array, pred: Array, scale: Array) -> Array:
     if family == "laplace":
         return -jnp.abs(y - pred) / scale
     return -0.5 * ((y - pred) / scale) ** 2
@@ -324,16 +324,16 @@ def record_swaps(
         moved = a_old != a_new
         p_old, p_new = ans[a_old], ans[a_new]
         y_old, y_new, s_old, s_new = y[a_old], y[a_new], scales[a_old], scales[a_new]
-        gain = (_log_lik(fam, y_old, p_old - 1, s_old) - _log_lik(fam, y_old, p_old, s_old)
-                + _log_lik(fam, y_new, p_new + 1, s_new) - _log_lik(fam, y_new, p_new, s_new))
+        gain = (log_lik(fam, y_old, p_old - 1, s_old) - log_lik(fam, y_old, p_old, s_old)
+                + log_lik(fam, y_new, p_new + 1, s_new) - log_lik(fam, y_new, p_new, s_new))
         delta = jnp.sum(jnp.where(moved, gain, 0.0))
         dense = []
         for q in plan.queries:
             mat = jnp.asarray(q.matrix, dtype=pred.dtype)
             change = mat[:, x_new @ q.strides] - mat[:, x_old @ q.strides]
             cur, yq, sq = ans[q.answers], y[q.answers], scales[q.answers]
-            delta = delta + jnp.sum(_log_lik(fam, yq, cur + change, sq)
-                                    - _log_lik(fam, yq, cur, sq))
+            delta = delta + jnp.sum(log_lik(fam, yq, cur + change, sq)
+                                    - log_lik(fam, yq, cur, sq))
             dense.append((q.answers, change))
         accept = lu < delta
         step = jnp.where(accept & moved, 1.0, 0.0).astype(ans.dtype)

@@ -27,7 +27,7 @@ from numpyro.infer.autoguide import (
 
 from .checks import posterior_leak, warn_relaxed_leak
 from .count_sites import split_sites
-from .initialization import _init_values, init_to_interior
+from .initialization import init_to_interior, init_values
 from .model import NoisyMarginalsModel
 from .relax import relax
 
@@ -119,7 +119,7 @@ def run_svi(
             model = relax(model)
             reason = (f"the model's exact CGM site(s) {', '.join(map(repr, counts))} run on the "
                       "relaxed (lgamma) density: SVI needs real tables")
-    values = _init_values(model, init)
+    values = init_values(model, init)
     init_fn = init_to_interior(values=values, radius=0.0)
     auto = _GUIDES[guide](model, init_loc_fn=init_fn)
     svi = SVI(model, auto, numpyro.optim.Adam(learning_rate), Trace_ELBO(num_particles))
