@@ -69,6 +69,18 @@ def test_reexports_are_the_defining_objects() -> None:
     assert dpgm.Result is dpgm.estimation.Result
 
 
+def test_every_registered_estimator_is_at_the_front_door_and_the_command_line() -> None:
+    """Adding an estimator is its module and its registry entry: the front door and ``dpgm fit
+    --method`` must then offer it (each under the name it is registered or defined with)."""
+    from numpyro_dpgm.cli._fit import ESTIMATOR_NAMES
+    from numpyro_dpgm.estimation import ESTIMATORS
+
+    for name, fn in ESTIMATORS.items():
+        assert getattr(dpgm, fn.__name__) is fn, name
+        assert fn.__name__ in dpgm.__all__, name
+    assert set(ESTIMATOR_NAMES) == set(ESTIMATORS)
+
+
 def test_star_import_gives_all() -> None:
     namespace: dict = {}
     exec("from numpyro_dpgm import *", namespace)
