@@ -1,14 +1,15 @@
 """numpyro_dpgm: differentially private learning of graphical models in NumPyro.
 
-The package namespace is the front door: ``import numpyro_dpgm as dpgm`` gives the core types
-(:class:`Domain`, :class:`MarkovNetwork`, :class:`Measurement` and its noise specs), releases
-and privacy accounting (:func:`release`, :class:`PrivacyLedger`, :class:`PureDP`, ...), the
-estimators (:func:`naive_mle`, :func:`prox_pgm`, :func:`cgm_em`, ...) with their
-:class:`Result`, the mechanisms (:func:`mst`, :func:`aim`, :func:`mwem_pgm`), synthesis,
-Rubin's rules and files; the subpackages
-(``dpgm.distributions``, ``dpgm.infer``, ``dpgm.oracles``, ``dpgm.estimation``,
-``dpgm.learners``, ``dpgm.mechanisms``, ``dpgm.privacy``, ``dpgm.io``, ``dpgm.metrics``) hold
-the rest.
+The package namespace is the front door: ``import numpyro_dpgm as dpgm`` gives the names of the
+workflow (``__all__``, 37 of them): the core types (:class:`Domain`, :class:`MarkovNetwork`,
+:class:`Measurement` and its noise specs, :class:`Dataset`), releases and privacy accounting
+(:func:`release`, :class:`PrivacyLedger`, :class:`PureDP`, ...), every registered estimator
+from measurements (:func:`naive_mle`, :func:`cgm_em`, :func:`prox_pgm`, ...) with their
+:class:`Result`, the mechanisms :func:`mst` and :func:`aim`, synthesis, Rubin's rules and the
+model and measurement files. The subpackages, also attributes (``dpgm.distributions``,
+``dpgm.infer``, ``dpgm.oracles``, ``dpgm.estimation``, ``dpgm.learners``, ``dpgm.mechanisms``,
+``dpgm.privacy``, ``dpgm.io``, ``dpgm.metrics``), hold the rest: the learners from records,
+MWEM+PGM, ledger files, Spark and file counting, the combining rules' other forms.
 
 The names load on first use (PEP 562), so ``import numpyro_dpgm`` and ``dpgm --help`` do not
 pay for JAX, NumPyro and ArviZ until something needs them. Importing the package sets no global
@@ -25,37 +26,24 @@ from ._version import __version__ as __version__
 
 #: Where each name of the front door is defined: name -> submodule (relative).
 _SOURCES: dict[str, str] = {
-    "CombinedEstimate": ".combining",
-    "analyse": ".combining",
     "rubin": ".combining",
     "Dataset": ".data",
     "count": ".data",
-    "count_file": ".data",
-    "count_spark": ".data",
     "load_demo": ".data",
     "MarkovRandomField": ".distributions",
     "Domain": ".domain",
-    "Encoded": ".encoding",
     "decode": ".encoding",
     "encode": ".encoding",
     "read_domain": ".encoding",
     "Result": ".estimation",
     "cgm_em": ".estimation",
-    "learn_ising": ".learners",
-    "learn_pairwise": ".learners",
-    "learn_structure": ".learners",
-    "learn_twise": ".learners",
     "mcem": ".estimation",
     "naive_mle": ".estimation",
     "posterior_mean": ".estimation",
     "prox_pgm": ".estimation",
-    "psgd": ".learners",
     "variational_em": ".estimation",
-    "FileFormatError": ".io",
-    "load_ledger": ".io",
     "load_measurements": ".io",
     "load_model": ".io",
-    "save_ledger": ".io",
     "save_measurements": ".io",
     "save_model": ".io",
     "DiscreteGaussian": ".measurements",
@@ -63,29 +51,26 @@ _SOURCES: dict[str, str] = {
     "Gaussian": ".measurements",
     "Laplace": ".measurements",
     "Measurement": ".measurements",
-    "estimate_total": ".measurements",
     "aim": ".mechanisms",
     "mst": ".mechanisms",
-    "mwem_pgm": ".mechanisms",
     "MarkovNetwork": ".network",
     "ZCDP": ".privacy",
     "ApproxDP": ".privacy",
     "BudgetExceededError": ".privacy",
-    "PrivacyBudget": ".privacy",
     "PrivacyLedger": ".privacy",
     "PureDP": ".privacy",
     "release": ".privacy",
-    "release_tables": ".privacy",
     "simulate_release": ".privacy",
     "synthesize": ".synthesis",
     "CliqueTables": ".tables",
 }
 
-#: The subpackages the namespace gives as attributes.
+#: The subpackages the namespace gives as attributes (not in ``__all__``: the front door lists
+#: the workflow's names).
 _SUBPACKAGES = ("distributions", "estimation", "infer", "io", "learners", "mechanisms", "metrics",
                 "oracles", "privacy")
 
-__all__ = sorted([*_SOURCES, *_SUBPACKAGES])
+__all__ = sorted(_SOURCES)
 
 if TYPE_CHECKING:  # the static view of the lazy names
     from . import distributions as distributions
@@ -98,12 +83,6 @@ if TYPE_CHECKING:  # the static view of the lazy names
     from . import oracles as oracles
     from . import privacy as privacy
     from .combining import (
-        CombinedEstimate as CombinedEstimate,
-    )
-    from .combining import (
-        analyse as analyse,
-    )
-    from .combining import (
         rubin as rubin,
     )
     from .data import (
@@ -113,12 +92,6 @@ if TYPE_CHECKING:  # the static view of the lazy names
         count as count,
     )
     from .data import (
-        count_file as count_file,
-    )
-    from .data import (
-        count_spark as count_spark,
-    )
-    from .data import (
         load_demo as load_demo,
     )
     from .distributions import (
@@ -126,9 +99,6 @@ if TYPE_CHECKING:  # the static view of the lazy names
     )
     from .domain import (
         Domain as Domain,
-    )
-    from .encoding import (
-        Encoded as Encoded,
     )
     from .encoding import (
         decode as decode,
@@ -161,40 +131,16 @@ if TYPE_CHECKING:  # the static view of the lazy names
         variational_em as variational_em,
     )
     from .io import (
-        FileFormatError as FileFormatError,
-    )
-    from .io import (
-        load_ledger as load_ledger,
-    )
-    from .io import (
         load_measurements as load_measurements,
     )
     from .io import (
         load_model as load_model,
     )
     from .io import (
-        save_ledger as save_ledger,
-    )
-    from .io import (
         save_measurements as save_measurements,
     )
     from .io import (
         save_model as save_model,
-    )
-    from .learners import (
-        learn_ising as learn_ising,
-    )
-    from .learners import (
-        learn_pairwise as learn_pairwise,
-    )
-    from .learners import (
-        learn_structure as learn_structure,
-    )
-    from .learners import (
-        learn_twise as learn_twise,
-    )
-    from .learners import (
-        psgd as psgd,
     )
     from .measurements import (
         DiscreteGaussian as DiscreteGaussian,
@@ -211,17 +157,11 @@ if TYPE_CHECKING:  # the static view of the lazy names
     from .measurements import (
         Measurement as Measurement,
     )
-    from .measurements import (
-        estimate_total as estimate_total,
-    )
     from .mechanisms import (
         aim as aim,
     )
     from .mechanisms import (
         mst as mst,
-    )
-    from .mechanisms import (
-        mwem_pgm as mwem_pgm,
     )
     from .network import (
         MarkovNetwork as MarkovNetwork,
@@ -236,9 +176,6 @@ if TYPE_CHECKING:  # the static view of the lazy names
         BudgetExceededError as BudgetExceededError,
     )
     from .privacy import (
-        PrivacyBudget as PrivacyBudget,
-    )
-    from .privacy import (
         PrivacyLedger as PrivacyLedger,
     )
     from .privacy import (
@@ -246,9 +183,6 @@ if TYPE_CHECKING:  # the static view of the lazy names
     )
     from .privacy import (
         release as release,
-    )
-    from .privacy import (
-        release_tables as release_tables,
     )
     from .privacy import (
         simulate_release as simulate_release,
@@ -274,4 +208,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *__all__, *_SUBPACKAGES})

@@ -360,8 +360,8 @@ def prox_pgm(
         with its usual optimisation passes; ``"quick"`` without the backend's, about twice as
         fast to compile and 1.5 to 2 times slower per iteration (AIM's refits on Adult). For fits
         that compile a network once and run it briefly, as the refits of
-        :func:`~numpyro_dpgm.aim` and :func:`~numpyro_dpgm.mwem`, where compiling is most
-        of the time.
+        :func:`~numpyro_dpgm.aim` and :func:`~numpyro_dpgm.mechanisms.mwem_pgm`, where compiling
+        is most of the time.
 
     Returns
     -------

@@ -45,8 +45,9 @@ def zcdp_budget(budget: Any, conversion: Conversion = "cks20") -> tuple[float, P
 
     ``ApproxDP(ε, δ)`` becomes the largest ``ρ`` whose ρ-zCDP implies (ε, δ)-DP under
     ``conversion`` (:func:`~numpyro_dpgm.privacy.approx_to_zcdp`); ``ZCDP(ρ)`` is ``ρ``; a bare
-    number is ``ρ``, as for the other zCDP learners (e.g. :func:`~numpyro_dpgm.learn_ising`).
-    A ``PureDP`` budget is refused: Gaussian noise is not ε-DP for any finite ε.
+    number is ``ρ``, as for the other zCDP learners (e.g.
+    :func:`~numpyro_dpgm.learners.learn_ising`). A ``PureDP`` budget is refused: Gaussian noise
+    is not ε-DP for any finite ε.
     """
     conversion = check_conversion(conversion)  # type: ignore[assignment]
     if isinstance(budget, numbers.Real) and not isinstance(budget, bool):

@@ -126,7 +126,8 @@ def test_bad_input_spends_nothing(chain_records):
 
 
 def test_independent_fit_is_the_optimum_prox_pgm_approaches():
-    from numpyro_dpgm import Domain, Gaussian, Measurement, estimate_total, prox_pgm
+    from numpyro_dpgm import Domain, Gaussian, Measurement, prox_pgm
+    from numpyro_dpgm.estimation import estimate_total
     from numpyro_dpgm.mechanisms.compression import compress_domain
     from numpyro_dpgm.mechanisms.mst import independent_fit
 
