@@ -303,7 +303,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
                "warmup": draws, "chains": chains, "seed": seed,
                "target_accept": target_accept,
                "time_limit": time_limit, "batches": mcmc.batches,
-               "chain_method": mcmc.chain_method,
+               "chain_method": str(mcmc.chain_method),
                "coding": bayes.coding.name, "path": mcmc.path, "path_reason": reason,
                "relaxation": mcmc.model.relaxation if mcmc.path != "exact" else None,
                "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,

@@ -128,7 +128,7 @@ def test_run_nuts_draws_batches_until_converged():
 
 
 def test_run_nuts_auto_chain_method_follows_the_devices():
-    from numpyro_dpgm.infer.bayes.nuts import _chain_method
+    from numpyro_dpgm.infer.bayes.extend import resolve_chain_method as _chain_method
 
     devices = jax.local_device_count()
     assert _chain_method("auto", 1) == "sequential"

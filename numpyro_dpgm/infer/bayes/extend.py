@@ -7,6 +7,7 @@ chain, each chain from its last state with the step size and mass matrix its war
 draws says the run falls short and the next batch is expected to end within a time limit.
 Every draw after warm-up is a draw of the same Markov chain (the same kernel, step size and
 mass matrix), so a batch extends the chains; only the run's length then depends on its draws.
+:class:`SequentialChains` runs a first run's chains one after another in one compiled program.
 
 >>> import jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist
 >>> from numpyro.infer import MCMC, NUTS
@@ -30,7 +31,8 @@ import numpy as np
 from numpyro.infer import MCMC
 from numpyro.util import nested_attrgetter
 
-__all__ = ["draw_more", "draw_until"]
+__all__ = ["SequentialChains", "chain_method_for", "draw_more", "draw_until",
+           "resolve_chain_method"]
 
 
 def draw_more(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> float:
@@ -115,6 +117,48 @@ def _batch_program(mcmc: MCMC, num_samples: int, fields: tuple[str, ...]) -> Cal
         program = jax.jit(lambda states: jax.lax.map(chain, states))
     programs[key] = program
     return program
+
+
+class SequentialChains:
+    """A ``chain_method`` of :class:`numpyro.infer.MCMC`: the chains one after another inside
+    one compiled program (``jax.lax.map`` over the chains), so the sampler compiles once for
+    all of them. NumPyro's ``"sequential"`` traces its sampling loop anew for each chain (the
+    loop's body is a new function object per chain) and compiles it again: ``k`` chains, ``k``
+    compilations of the whole sampler, where this takes one. The draws are those of
+    ``"sequential"`` with the same keys. NumPyro shows no progress bar for a callable chain
+    method. Its ``repr`` is ``sequential``.
+
+    >>> import jax, numpyro, numpyro.distributions as dist
+    >>> from numpyro.infer import MCMC, NUTS
+    >>> def model():
+    ...     numpyro.sample("x", dist.Normal(0.0, 1.0))
+    >>> mcmc = MCMC(NUTS(model), num_warmup=50, num_samples=50, num_chains=2,
+    ...             chain_method=SequentialChains(), progress_bar=False)
+    >>> mcmc.run(jax.random.key(0))
+    >>> mcmc.get_samples(group_by_chain=True)["x"].shape, mcmc.chain_method
+    ((2, 50), sequential)
+    """
+
+    def __call__(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        return lambda per_chain: jax.lax.map(fn, per_chain)
+
+    def __repr__(self) -> str:
+        return "sequential"
+
+
+def resolve_chain_method(chain_method: str, num_chains: int) -> str:
+    """``"auto"``: parallel where JAX has a device per chain, else sequential."""
+    if chain_method != "auto":
+        return chain_method
+    return "parallel" if 1 < num_chains <= jax.local_device_count() else "sequential"
+
+
+def chain_method_for(method: str, num_chains: int, progress_bar: bool) -> Any:
+    """NumPyro's ``chain_method`` for ``method``: ``"sequential"`` chains in one compiled
+    program (:class:`SequentialChains`) unless a progress bar is wanted."""
+    if method == "sequential" and num_chains > 1 and not progress_bar:
+        return SequentialChains()
+    return method
 
 
 def draw_until(

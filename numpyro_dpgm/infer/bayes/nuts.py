@@ -62,7 +62,7 @@ from .collapsed import (
 from .conditional import ConditionalCoding
 from .count_gibbs import CGMGibbs, RecordMoves
 from .count_sites import CountSiteError, count_networks, split_sites
-from .extend import draw_until
+from .extend import chain_method_for, draw_until, resolve_chain_method
 from .gibbs import exact_kernel
 from .initialization import init_to_interior, init_values
 from .interweave import released_noise_share
@@ -408,7 +408,7 @@ def run_nuts(
     """
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
-    method = _chain_method(chain_method, num_chains)
+    method = resolve_chain_method(chain_method, num_chains)
     values = init_values(model, init)
     if not isinstance(model, NoisyMarginalsModel):
         counts, others = split_sites(model, model_args, model_kwargs)
@@ -445,7 +445,9 @@ def run_nuts(
         fields = ("diverging",) + NUTS_FIELDS
         mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
                     num_chains=num_chains, progress_bar=progress_bar, progress_rate=1,
-                    chain_method="sequential" if method == "vectorized" else method)
+                    chain_method=chain_method_for(
+                        "sequential" if method == "vectorized" else method, num_chains,
+                        progress_bar))
         _sample(mcmc, rng_key, (), {"y": y}, fields, init_params, deadline, warmup_callback)
     elif path != "exact":
         sampled = model
@@ -458,8 +460,8 @@ def run_nuts(
                       max_tree_depth=max_tree_depth)
         fields = NUTS_FIELDS
         mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
-                    num_chains=num_chains, chain_method=method, progress_bar=progress_bar,
-                    progress_rate=1)
+                    num_chains=num_chains, progress_bar=progress_bar, progress_rate=1,
+                    chain_method=chain_method_for(method, num_chains, progress_bar))
         _sample(mcmc, rng_key, model_args, model_kwargs, fields, None, deadline,
                 warmup_callback)
     else:
@@ -480,8 +482,8 @@ def run_nuts(
         if method == "vectorized" and sampled.theta is None:
             method = "sequential"
         mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
-                    num_chains=num_chains, chain_method=method, progress_bar=progress_bar,
-                    progress_rate=1)
+                    num_chains=num_chains, progress_bar=progress_bar, progress_rate=1,
+                    chain_method=chain_method_for(method, num_chains, progress_bar))
         _sample(mcmc, rng_key, model_args, model_kwargs, fields, {"n": n0}, deadline,
                 warmup_callback)
     mcmc.path, mcmc.path_reason, mcmc.model, mcmc.batches = path, reason, sampled, 0
@@ -597,7 +599,8 @@ def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: t
         max_tree_depth=max_tree_depth)
     fields = ("diverging",) + NUTS_FIELDS
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                chain_method="sequential" if method == "vectorized" else method,
+                chain_method=chain_method_for(
+                    "sequential" if method == "vectorized" else method, num_chains, progress_bar),
                 progress_bar=progress_bar, progress_rate=1)
     _sample(mcmc, rng_key, model_args, model_kwargs, fields,
             collapse_start(plan, num_chains) or None, deadline, warmup_callback)
@@ -623,7 +626,8 @@ def _run_user_exact(model: Callable[..., Any], rng_key: Array, model_args: tuple
     else:
         kernel, fields = RecordMoves(model, moves=gibbs_moves), ("diverging",)
     mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                chain_method="sequential" if method == "vectorized" else method,
+                chain_method=chain_method_for(
+                    "sequential" if method == "vectorized" else method, num_chains, progress_bar),
                 progress_bar=progress_bar, progress_rate=1)
     init_params = {k: values[k] for k in counts if k in values} or None
     _sample(mcmc, rng_key, model_args, model_kwargs, fields, init_params, deadline,
@@ -634,13 +638,6 @@ def _run_user_exact(model: Callable[..., Any], rng_key: Array, model_args: tuple
                             f" within Gibbs, NUTS on {', '.join(map(repr, others))}"
                             if others else ""))
     return mcmc
-
-
-def _chain_method(chain_method: str, num_chains: int) -> str:
-    """``"auto"``: parallel where JAX has a device per chain, else sequential."""
-    if chain_method != "auto":
-        return chain_method
-    return "parallel" if 1 < num_chains <= jax.local_device_count() else "sequential"
 
 
 def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
