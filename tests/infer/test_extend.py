@@ -135,3 +135,34 @@ def test_run_nuts_auto_chain_method_follows_the_devices():
     assert _chain_method("auto", devices + 1) == "sequential"
     assert _chain_method("auto", 2) == ("parallel" if devices >= 2 else "sequential")
     assert _chain_method("vectorized", 2) == "vectorized"
+
+
+def test_sequential_chains_compile_once_and_draw_what_sequential_draws():
+    """Three chains in one program: NumPyro's ``"sequential"`` traces its sampling loop once
+    per chain, :class:`SequentialChains` once in all; the draws and the extra fields are the
+    same, key for key."""
+    from jax import monitoring
+
+    from numpyro_dpgm.infer.bayes.extend import SequentialChains
+
+    traces: list[str] = []
+
+    def count(event: str, duration: float, **kwargs) -> None:
+        if event == "/jax/core/compile/jaxpr_trace_duration":
+            traces.append(event)
+
+    monitoring.register_event_duration_secs_listener(count)
+    runs = {}
+    for name, method in (("numpyro", "sequential"), ("one program", SequentialChains())):
+        mcmc = MCMC(NUTS(_normal_model), num_warmup=50, num_samples=50, num_chains=3,
+                    chain_method=method, progress_bar=False)
+        traces.clear()
+        mcmc.run(jax.random.key(3), extra_fields=("num_steps",))
+        runs[name] = (len(traces), mcmc.get_samples(group_by_chain=True)["x"],
+                      mcmc.get_extra_fields(group_by_chain=True)["num_steps"])
+    monitoring.unregister_event_duration_listener(count)
+    (seq_traces, seq_x, seq_steps), (one_traces, one_x, one_steps) = runs.values()
+    assert one_x.shape == (3, 50)
+    np.testing.assert_allclose(np.asarray(one_x), np.asarray(seq_x), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(np.asarray(one_steps), np.asarray(seq_steps))
+    assert one_traces < seq_traces, (one_traces, seq_traces)
