@@ -436,8 +436,8 @@ def test_e1_pairwise_structure():
     res = learn_structure(x, 3, budget=ApproxDP(1.0, 1e-6), rng_key=jax.random.key(0),
                           min_edge_weight=0.6, width=LAM_K, blocks=40, model="pairwise")
     with pytest.raises(TypeError, match="positional"):  # ε and δ by position: not a spelling
-        learn_structure(x, 1.0, 1e-6, min_edge_weight=0.6, width=LAM_K,
-                        rng_key=jax.random.key(0), blocks=40, model="pairwise", domain=3)
+        learn_structure(x, 3, 1.0, min_edge_weight=0.6, width=LAM_K,
+                        rng_key=jax.random.key(0), blocks=40, model="pairwise")
     truth = frozenset((i, (i + 1) % 5) if i < (i + 1) % 5 else ((i + 1) % 5, i) for i in range(5))
     assert res.edges == truth
 
