@@ -175,6 +175,7 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
 
     options = dict(num_chains=args.chains, dense_mass=args.dense_mass, check=False,
                    chain_method=args.chain_method, collapsed=True)
+    limit = {} if args.time_limit is None else {"time_limit": args.time_limit}
     total = float(model.total_count)
     model, margs = sampled(model, args.model)
     row: dict[str, Any] = {"load_before": load_average()}
@@ -191,7 +192,8 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         mcmc = run_nuts(model, jax.random.key(args.seed + 1), *margs,
-                        num_warmup=args.warmup, num_samples=args.draws, **options)
+                        num_warmup=args.warmup, num_samples=args.draws, **options, **limit)
+        row["batches"] = int(getattr(mcmc, "batches", 0))
         grouped = mcmc.get_samples(group_by_chain=True)
         jax.block_until_ready(grouped)
     row["wall_s"], row["cpu_s"] = time.perf_counter() - start, time.process_time() - cpu
@@ -242,6 +244,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=("library", "user", "readme"), default="library",
                         help="the model run_nuts samples (see the module's docstring)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="run_nuts's time_limit: further batches of --draws per chain until "
+                             "R-hat <= 1.01 and bulk ESS >= 400, within this many seconds")
     add_out_argument(parser, "collapsed-cpu")
     parser.add_argument("--tag", default="collapsed-cpu")
 
