@@ -28,7 +28,9 @@ handler, :mod:`numpyro_dpgm.infer.bayes.collapse`) or ``readme`` (the README's m
 prior: ``θ ∼ N(0, 3²)`` per cell of the network's own layout, no preconditioning).
 
 Run ``python -m benchmarks collapsed [--records 226051] [--eps 1] [--chains 2] [--warmup 300]
-[--draws 300] [--model library]``; writes ``collapsed-cpu.json`` (``--tag``) under ``--out``.
+[--draws 300] [--model library] [--time-limit SECONDS]``; with ``--time-limit``, ``run_nuts``
+draws further batches until its convergence rule passes or the time is up; writes
+``collapsed-cpu.json`` (``--tag``) under ``--out``.
 """
 
 from __future__ import annotations

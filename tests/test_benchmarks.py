@@ -10,15 +10,13 @@ import doctest
 import io
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+# the benchmarks live beside the package, in a source checkout (conftest puts its root on sys.path)
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # the benchmarks live beside the package, in a source checkout
-    sys.path.insert(0, str(ROOT))
 
 import benchmarks  # noqa: E402
 from benchmarks import harness, workloads  # noqa: E402
