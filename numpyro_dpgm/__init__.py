@@ -195,12 +195,30 @@ if TYPE_CHECKING:  # the static view of the lazy names
     )
 
 
+#: Names that live in a subpackage, not at the front door: where ``dpgm.<name>`` points to.
+_ELSEWHERE = {
+    **dict.fromkeys(("learn_ising", "learn_pairwise", "learn_structure", "learn_twise", "psgd"),
+                    "learners"),
+    **dict.fromkeys(("estimate_total",), "estimation"),
+    **dict.fromkeys(("mwem_pgm",), "mechanisms"),
+    **dict.fromkeys(("analyse", "CombinedEstimate"), "combining"),
+    **dict.fromkeys(("count_file", "count_spark"), "data"),
+    **dict.fromkeys(("Encoded",), "encoding"),
+    **dict.fromkeys(("FileFormatError", "load_ledger", "save_ledger"), "io"),
+    **dict.fromkeys(("PrivacyBudget", "release_tables"), "privacy"),
+}
+
+
 def __getattr__(name: str) -> Any:
     """Import a front-door name or subpackage on first use and keep it (PEP 562)."""
     if name in _SUBPACKAGES:
         value: Any = importlib.import_module(f".{name}", __name__)
     elif name in _SOURCES:
         value = getattr(importlib.import_module(_SOURCES[name], __name__), name)
+    elif name in _ELSEWHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}: it lives in "
+                             f"{__name__}.{_ELSEWHERE[name]} (from {__name__}.{_ELSEWHERE[name]} "
+                             f"import {name})")
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value

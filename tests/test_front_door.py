@@ -79,6 +79,16 @@ def test_every_registered_estimator_is_at_the_front_door_and_the_command_line() 
     assert set(ESTIMATOR_NAMES) == set(ESTIMATORS)
 
 
+def test_a_name_off_the_front_door_says_where_it_lives() -> None:
+    import importlib
+
+    for name, where in dpgm._ELSEWHERE.items():
+        assert name not in dpgm.__all__
+        assert hasattr(importlib.import_module(f"numpyro_dpgm.{where}"), name), name
+    with pytest.raises(AttributeError, match=r"lives in numpyro_dpgm\.learners \(from "):
+        dpgm.learn_ising  # noqa: B018
+
+
 def test_star_import_gives_all() -> None:
     namespace: dict = {}
     exec("from numpyro_dpgm import *", namespace)
