@@ -55,9 +55,10 @@ def fit(
         help=f"{', '.join(ESTIMATOR_NAMES)} (point estimates) or nuts (posterior draws of the "
              "model given the noisy tables, for `dpgm synth --posterior`)")] = "cgm-em",
     iters: Annotated[int | None, typer.Option(
-        help="iterations: the estimator's max_iters (EM iterations for cgm-em, default 10, a "
-             "regulariser; mcem and variational-em, default 10; mirror-descent iterations for "
-             "prox-pgm, default 1000; L-BFGS iterations for naive, default 10000, a bound; "
+        help="iterations: the estimator's max_iters (EM iterations for cgm-em, a regulariser; "
+             "default: the count of least estimated risk; mcem and variational-em, default "
+             "10; mirror-descent iterations for prox-pgm, default 1000; L-BFGS iterations "
+             "for naive, default 10000, a bound; "
              "SVI steps for posterior-mean, default 2000), NUTS draws per chain for nuts "
              "(default 500, after as many warm-up steps)")] = None,
     chains: Annotated[int | None, typer.Option(
@@ -220,6 +221,9 @@ def _stop_status(result: Any) -> str:
                 else f"iteration limit reached, least estimated risk so far at iteration "
                      f"{selected}")
         return f"{what} (stopped by {result.extras['stopped_by']})"
+    if result.extras.get("stop") == "risk":
+        return (f"{result.iterations} iteration(s), the count of least estimated risk for the "
+                f"{result.extras['target']}'s tables")
     if result.extras.get("risk_path_iterations"):
         spent = (f"; the risk path had not reached the noise level after "
                  f"{result.extras['risk_path_iterations']} iterations")
@@ -367,7 +371,7 @@ def _run_fit(method: str, measurements: list[Any], network: Any, total: float | 
         options["seed"] = seed
     extra = {} if stop is None else {"stop": stop}
     options.update(extra)
-    with show_progress(method, limit) as advance:
+    with show_progress(method, None if isinstance(limit, str) else limit) as advance:
         result = estimator(measurements, network, total_count=total, rng_key=jax.random.key(seed),
                            max_iters=limit, callback=lambda i, _loss: advance(int(i)), **extra)
     return result, options

@@ -12,7 +12,11 @@ matching ``μ(θ_{t+1}) = n_t / N``:
 
 Because MAP-EM's fixed points are L1 projections of ``y`` onto ``N·M`` (notes §2.5), which overfit
 the noise, the number of EM iterations and NLBP steps act as regularisers: ``max_iters`` and
-``inner_iters`` are explicit options (default 10 and 15, from the naive MLE).
+``inner_iters`` are explicit options (15 NLBP steps, from the naive MLE). By default
+(``max_iters="risk"``) the iteration count is chosen from the release: the iterate of least
+estimated risk on EM's path (Stein's estimate with a Monte-Carlo divergence,
+:mod:`numpyro_dpgm.estimation.em_risk`), for the estimand ``target`` (the records' own tables,
+or the population's model that drew them).
 
 With the free natural M-step (the default) the whole loop is one compiled program
 (:mod:`numpyro_dpgm.estimation.em_program`): a refit of a known structure with new values, ``N``,
@@ -59,12 +63,13 @@ from .em_program import (
     em_theta,
     gauge_fix,
 )
+from .em_risk import resolve_stop, risk_path, start_scales
 from .losses import check_measurements
 from .naive import naive_mle
 from .result import Result
 
-__all__ = ["CGMEMWarning", "cgm_em", "EMState", "MeasurementEvidence", "em_start", "em_theta",
-           "gauge_fix"]
+__all__ = ["CGMEMWarning", "cgm_em", "EMState", "MeasurementEvidence", "START_ITERS", "em_start",
+           "em_theta", "gauge_fix"]
 
 Array = Any
 
@@ -212,7 +217,7 @@ def cgm_em(
     total_count: float | None = None,
     rng_key: Any = None,
     init: str | MarkovRandomField | Array | None = None,
-    max_iters: int = 10,
+    max_iters: int | str = "risk",
     callback: Callable[[int, float], None] | None = None,
     inner_iters: int = 15,
     space: str = "natural",
@@ -221,9 +226,10 @@ def cgm_em(
     tol: float = 1e-6,
     inner_tol: float = 1e-8,
     naive_l2: float | None = None,
-    init_l2_scale: float = 1.0,
+    init_l2_scale: float | Sequence[float] | None = None,
     smoothing: float = 0.0,
     max_halvings: int = 20,
+    target: str = "sample",
 ) -> Result:
     """Learn an MRF from noisy clique tables by EM on the collective graphical model.
 
@@ -243,28 +249,39 @@ def cgm_em(
         or a warm start (a previous fit's model or log-potentials). The naive start is
         :func:`~numpyro_dpgm.estimation.naive_mle` with its default rule times
         ``init_l2_scale`` (public quantities only) unless ``naive_l2`` fixes λ.
-    init_l2_scale : float
-        Multiplies the naive rule's λ for the naive start (default 1: the naive estimator's own
-        fit, which EM then refines). Measured by ``python -m benchmarks cgm_defaults``
-        (``benchmarks/results/cgm_defaults-cpu.json``, 3 releases per row, Laplace at
-        ε ∈ {0.1, 1, 10}): with 15 NLBP steps, scale 1 beat naive MLE on all nine rows of
-        Adult's demo tree, Titanic's tree and a 5-value chain with N = 10⁵ (Adult at ε = 0.1:
-        mean L1 0.200 against naive's 0.211), while the earlier default, 4 with 50 steps, lost
-        to naive on five of them (Adult at ε = 0.1: 0.292). On seed 002's 10-value models with
-        N = 10⁴, where the smoother start of scale 2–4 was chosen, scale 1 loses to naive at
-        ε = 1 (third-order chain: KL 1.290 against 1.205) and scale 4 wins (1.186). On the
-        released tables against the records' own tables (``cgm_defaults-released-cpu.json``,
-        27 rows, N = 10³–10⁵) scale 1 with 15 steps was no worse than naive on 26 (0.3 %
-        worse on the last), the earlier default worse on 9. These figures are with naive MLE's
-        earlier rule λ = b/N; with its current rule, weaker where the noise is small against
-        the counts (``cgm_defaults-naive-rule-cpu.json``), the default is no worse than the
-        clipped noisy tables on all 27 rows and no worse than naive on 20, at most 0.8 % worse
-        on the other 7; with twenty releases per row (``cgm_defaults-20seeds-cpu.json``) no
-        worse than naive on 21, and worse beyond two paired standard errors on two (seed
-        002's chain where the noise is small against the counts: by 0.84 % and 0.59 %).
-    max_iters : int
+    init_l2_scale : float or sequence of floats, optional
+        Multiplies the naive rule's λ for the naive start (default 1: the naive estimator's own fit,
+        which EM then refines). A sequence gives candidate starts for ``max_iters="risk"``, which
+        searches the path of each and keeps the least estimated risk
+        (:mod:`~numpyro_dpgm.estimation.em_risk`). Measured, for ten iterations, by ``python -m
+        benchmarks cgm_defaults`` (``benchmarks/results/cgm_defaults-cpu.json``, 3 releases per row,
+        Laplace at ε ∈ {0.1, 1, 10}): with 15 NLBP steps, scale 1 beat naive MLE on all nine rows of
+        Adult's demo tree, Titanic's tree and a 5-value chain with N = 10⁵ (Adult at ε = 0.1: mean
+        L1 0.200 against naive's 0.211), while the earlier default, 4 with 50 steps, lost to naive
+        on five of them (Adult at ε = 0.1: 0.292). On seed 002's 10-value models with N = 10⁴, where
+        the smoother start of scale 2–4 was chosen, scale 1 loses to naive at ε = 1 (third-order
+        chain: KL 1.290 against 1.205) and scale 4 wins (1.186). On the released tables against the
+        records' own tables (``cgm_defaults-released-cpu.json``, 27 rows, N = 10³–10⁵) scale 1 with
+        15 steps was no worse than naive on 26 (0.3 % worse on the last), the earlier default worse
+        on 9. These figures are with naive MLE's earlier rule λ = b/N; with its current rule, weaker
+        where the noise is small against the counts (``cgm_defaults-naive-rule-cpu.json``), the
+        default is no worse than the clipped noisy tables on all 27 rows and no worse than naive on
+        20, at most 0.8 % worse on the other 7; with twenty releases per row
+        (``cgm_defaults-20seeds-cpu.json``) no worse than naive on 21, and worse beyond two paired
+        standard errors on two (seed 002's chain where the noise is small against the counts: by
+        0.84 % and 0.59 %).
+    max_iters : int or "risk"
         Number of EM iterations (the main loop). It regularises (see the module docstring); more
-        iterations approach the L1 projection.
+        iterations approach the L1 projection. ``"risk"`` (the default): the iteration count
+        of least estimated risk for ``target`` on a path of up to
+        :data:`~numpyro_dpgm.estimation.em_risk.MAX_PATH` iterations
+        (:mod:`~numpyro_dpgm.estimation.em_risk`; the natural M-step only), at the cost of
+        ``1 + PROBES`` EM runs (three) of the searched length and a naive start per run.
+    target : {"sample", "population"}
+        With ``max_iters="risk"``, the estimand whose risk is estimated: the records' own
+        tables (default; what the release describes and synthetic data is judged against), or
+        the tables of the model that drew the records (seed 002's KL to the truth, where the
+        counts' sampling variance is part of the error).
     callback : callable ``(iteration, loss) -> None``, optional
         Called after every EM iteration ``t = 1, 2, ...`` with the loss of ``θ_t`` (the entry
         ``loss_trace[t]``). With a callback the compiled loop runs one iteration per call (the
@@ -309,8 +326,11 @@ def cgm_em(
         a retry) and ``marginal_change``; ``damping_halvings``; ``stop_reason``
         (``"iteration limit"``, ``"converged"``, ``"stalled"`` or ``"failed"``); ``kept_start``
         and ``safeguard`` (``True`` and the reason when EM ended with a larger loss than its
-        start, which is then returned); ``init`` (how θ₀ was chosen), ``space``, ``m_step``,
-        ``total_count``, ``total_count_estimated``.
+        start, which is then returned); ``init`` (how θ₀ was chosen), ``init_l2_scale``,
+        ``space``, ``m_step``, ``stop`` (``"risk"`` or ``"iterations"``: how the count was
+        chosen), ``total_count``, ``total_count_estimated``; with ``max_iters="risk"`` also
+        ``risk`` and ``risk_df`` (``R̂_t`` and its divergence for ``t = 0, 1, …`` of the
+        searched path), ``risk_best`` (the chosen count) and ``target``.
 
     Warns
     -----
@@ -323,7 +343,6 @@ def cgm_em(
     network, measurements = resolve_network(network_or_domain, measurements)
     measurements = check_measurements(measurements, network.domain)
     total, estimated = resolve_total(total_count, measurements)
-    max_em_iters = check_max_iters(max_iters)
     if inner_iters < 1:
         raise ValueError(f"inner_iters must be >= 1, got {inner_iters}")
     max_halvings = check_halvings(max_halvings)
@@ -337,38 +356,69 @@ def cgm_em(
 
     init = resolve_init(init, network, named=("naive", "zeros"))
     how = "given" if init is not None and not isinstance(init, str) else (init or "naive")
-    if how == "naive":
-        theta = naive_mle(measurements, network, total_count=total, l2=naive_l2,
-                          l2_scale=init_l2_scale).model.theta
-    elif how == "zeros":
-        theta = jnp.zeros(network.num_params)
-    else:
-        theta = init
-    theta = jnp.asarray(theta)
+    stop, max_em_iters = resolve_stop(max_iters, m_step_method, target)
+    max_em_iters = check_max_iters(max_em_iters)
+    scales = start_scales(init_l2_scale, stop) if how == "naive" else (None,)
+
+    def start_at(scale: float | None) -> Callable[[Sequence[Measurement]], Array]:
+        own: list[Array] = []  # the release's own fit, which warm-starts the perturbed ones
+
+        def start_of(release: Sequence[Measurement]) -> Array:
+            if how != "naive":
+                return jnp.zeros(network.num_params) if how == "zeros" else jnp.asarray(init)
+            if release is measurements and own:
+                return own[0]
+            theta = jnp.asarray(naive_mle(release, network, total_count=total, l2=naive_l2,
+                                          l2_scale=scale, init=own[0] if own else None)
+                                .model.theta)
+            if release is measurements:
+                own.append(theta)
+            return theta
+        return start_of
+
+    starts = [start_at(k) for k in scales]
+    theta = starts[0](measurements)
     dtype = theta.dtype
     total_arr = jnp.asarray(total, dtype)
-    start, loss0 = em_start_state(network, evidence, theta, data, total_arr)
-
+    extras: dict[str, Any] = {}
     if m_step_method == "natural":
         opts = tuple(jnp.asarray(v, t) for v, t in ((tol, dtype), (inner_iters, jnp.int32),
                                                    (inner_tol, dtype), (smoothing, dtype),
                                                    (max_halvings, jnp.int32)))
+        if stop == "risk":
+            path = risk_path(network, measurements, starts, total_arr, schedule, opts,
+                             max_iters=max_em_iters, target=target)
+            theta = starts[path.start](measurements)
+            # where EM itself stopped right after the chosen iterate, the final run meets that
+            # stop too (it does not move θ), so that its reason and warnings are reported
+            last = len(path.risk[path.start]) - 1
+            max_em_iters = path.best + int(path.em_stopped[path.start] and path.best == last)
+            extras.update(risk=path.risk[path.start], risk_df=path.df[path.start],
+                          risk_paths=path.risk, risk_best=path.best, target=target)
+        start, loss0 = em_start_state(network, evidence, theta, data, total_arr)
         run = _fused_loop(network, evidence, data, start, total_arr, schedule, max_em_iters,
                           opts, callback)
     else:
+        start, loss0 = em_start_state(network, evidence, theta, data, total_arr)
         run = _host_loop(network, evidence, data, start, total_arr, max_em_iters,
                          {"space": space, "damping": schedule, "inner_iters": int(inner_iters),
                           "inner_tol": inner_tol, "smoothing": smoothing, "tol": tol},
                          m_step_method, callback)
-    extras = {"init": how, "space": space, "m_step": m_step_method,
-              **total_extras(total, estimated)}
+    chosen = scales[path.start] if stop == "risk" else scales[0]
+    extras.update(init=how, init_l2_scale=chosen, space=space, m_step=m_step_method,
+                  stop=stop, **total_extras(total, estimated))
     return _result(run, start, loss0, inner_iters, extras, network, began)
+
+
+#: :func:`em_start`'s EM iterations unless given.
+START_ITERS = 10
 
 
 def em_start(model: NoisyMarginalsModel, **cgm_em_options: Any) -> dict[str, Array]:
     """An interior starting point of NUTS or SVI on ``model`` from the NLBP-EM estimate.
 
-    With ``θ`` inferred: ``θ̂`` from :func:`cgm_em` (options passed through; its naive start,
+    With ``θ`` inferred: ``θ̂`` from :func:`cgm_em` (options passed through, ``max_iters``
+    :data:`START_ITERS` unless given; its naive start,
     or ``init="zeros"`` when some clique has no measurement of its own),
     ``φ = from_theta(θ̂)`` and ``n = N·μ(θ̂)``. With ``θ`` fixed: the NLBP MAP of ``n`` at that
     ``θ``. Both lie strictly inside ``N·M``.
@@ -387,6 +437,8 @@ def em_start(model: NoisyMarginalsModel, **cgm_em_options: Any) -> dict[str, Arr
     """
     net, latent = model.network, model.latent_network
     if model.theta is None:
+        # a start, not the estimate: ten iterations, without the risk rule's extra runs
+        cgm_em_options = {"max_iters": START_ITERS, **cgm_em_options}
         try:
             fit = cgm_em(model.measurements, net, total_count=model.total_count,
                          **cgm_em_options)

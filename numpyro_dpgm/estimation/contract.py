@@ -18,7 +18,8 @@ Every estimator from noisy measurements has the signature
 - ``init``: ``None`` (the estimator's default start), a fitted
   :class:`~numpyro_dpgm.distributions.mrf.MarkovRandomField` or a θ array (warm start), or one
   of the estimator's named starts;
-- ``max_iters``: the main iteration count (each estimator says which loop);
+- ``max_iters``: the main iteration count (each estimator says which loop), or the name of a
+  rule that chooses it from the release (``cgm_em``'s ``"risk"``);
 - ``callback``: ``callback(iteration, loss)`` during the main loop (each estimator says when);
 - every other setting is keyword-only.
 

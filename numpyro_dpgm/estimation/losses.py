@@ -28,6 +28,7 @@ from ..oracles import junction_tree as jt
 from ..tables import project_table, projection_index
 
 __all__ = [
+    "LAPLACE_FAMILY",
     "LossTerm",
     "TermData",
     "TermGroup",
@@ -40,13 +41,16 @@ __all__ = [
     "lipschitz_bound",
     "measurement_loss",
     "measurement_nll",
+    "term_answers",
+    "term_cells",
     "terms_loss",
 ]
 
 Array = Any
 
 
-_LAPLACE_FAMILY = (Laplace, DiscreteLaplace)
+#: The noise classes whose loss is the L1 norm over their scale.
+LAPLACE_FAMILY = (Laplace, DiscreteLaplace)
 _GAUSSIAN_FAMILY = (Gaussian, DiscreteGaussian)
 
 
@@ -89,11 +93,11 @@ def measurement_loss(measurement: Measurement, kind: str = "auto") -> tuple[str,
     """
     noise = measurement.noise
     if kind == "auto":
-        kind = "l1" if isinstance(noise, _LAPLACE_FAMILY) else "l2"
+        kind = "l1" if isinstance(noise, LAPLACE_FAMILY) else "l2"
     if kind == "l2":
         return "l2", 1.0 / noise.variance
     if kind == "l1":
-        scale = noise.scale if isinstance(noise, _LAPLACE_FAMILY) else noise.sigma
+        scale = noise.scale if isinstance(noise, LAPLACE_FAMILY) else noise.sigma
         return "l1", 1.0 / scale
     raise ValueError(f"unknown loss {kind!r}; use 'auto', 'l1', 'l2' or a callable")
 
@@ -129,7 +133,7 @@ def expected_noise_loss(measurements: Sequence[Measurement], kind: str = "l2") -
     for m in measurements:
         loss_kind, _ = measurement_loss(m, kind)
         per_answer = 0.5 if loss_kind == "l2" else (
-            1.0 if isinstance(m.noise, _LAPLACE_FAMILY) else math.sqrt(2.0 / math.pi))
+            1.0 if isinstance(m.noise, LAPLACE_FAMILY) else math.sqrt(2.0 / math.pi))
         total += per_answer * int(np.size(m.values))
     return total
 
@@ -207,9 +211,33 @@ def build_terms(
             device_array(m.values),
             None if m.query is None else device_array(m.query),
             device_array(weight),
-            float(m.noise.scale) if isinstance(m.noise, _LAPLACE_FAMILY) else 0.0,
+            float(m.noise.scale) if isinstance(m.noise, LAPLACE_FAMILY) else 0.0,
         ))
     return tuple(terms), tuple(data)
+
+
+def term_cells(network: MarkovNetwork, terms: tuple[LossTerm, ...], mu: Array) -> tuple[Array, ...]:
+    """``μ_{C_M}`` of every term, flat: the measured cliques' tables of the flat count-scale
+    marginals ``mu`` (before any query)."""
+    cells = []
+    for term in terms:
+        start = network.offsets[term.slot]
+        table = jnp.reshape(mu[start : start + network.sizes[term.slot]],
+                            network.shapes[term.slot])
+        cells.append(jnp.ravel(project_table(table, network.cliques[term.slot], term.clique)))
+    return tuple(cells)
+
+
+def term_answers(
+    network: MarkovNetwork,
+    terms: tuple[LossTerm, ...],
+    mu: Array,
+    data: tuple[TermData, ...],
+) -> tuple[Array, ...]:
+    """``Q_M μ_{C_M}`` of every term: the answers that flat count-scale marginals ``mu`` give
+    to the measurements (flat, in the order of ``values``)."""
+    return tuple(d.query @ c if term.has_query else c
+                 for term, d, c in zip(terms, data, term_cells(network, terms, mu), strict=True))
 
 
 def terms_loss(
@@ -226,13 +254,7 @@ def terms_loss(
     ``ℓ_M − (smooth/2)·m_M ≤ ℓ_M^smooth ≤ ℓ_M`` for ``m_M`` answers.
     """
     total = jnp.zeros((), dtype=mu.dtype)
-    for term, d in zip(terms, data, strict=True):
-        start = network.offsets[term.slot]
-        table = jnp.reshape(mu[start : start + network.sizes[term.slot]],
-                            network.shapes[term.slot])
-        pred = jnp.ravel(project_table(table, network.cliques[term.slot], term.clique))
-        if term.has_query:
-            pred = d.query @ pred
+    for term, d, pred in zip(terms, data, term_answers(network, terms, mu, data), strict=True):
         r = pred - d.values
         if term.kind == "l2":
             total = total + 0.5 * d.weight * jnp.vdot(r, r)

@@ -209,7 +209,7 @@ def test_a_stalled_estep_is_retried_with_half_the_damping(exact_counts) -> None:
     meas = identity_measurements(CHAIN, n, Gaussian(0.1))
     with warnings.catch_warnings():
         warnings.simplefilter("error", CGMEMWarning)
-        res = cgm_em(meas, CHAIN, total_count=N, init="zeros", tol=1e-12)
+        res = cgm_em(meas, CHAIN, total_count=N, init="zeros", tol=1e-12, max_iters=10)
     assert res.converged and res.extras["stop_reason"] == "converged"
     moved = res.extras["estep_moved"]
     # every E-step that did not move is a retry, but the last (at the fixed point)

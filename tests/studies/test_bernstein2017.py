@@ -85,7 +85,8 @@ def test_batched_estimators_and_kl_match_the_public_ones() -> None:
         assert float(kl_divergence(truth.model, ref.model)) == pytest.approx(float(k), rel=1e-6)
         assert float(kl_divergence(truth.model, MarkovRandomField(net, t))) == pytest.approx(
             float(k), rel=1e-9)
-        em = cgm_em(meas, net, total_count=2000, inner_iters=fits.EM_INNER,
+        em = cgm_em(meas, net, total_count=2000, max_iters=fits.EM_ITERS,
+                    inner_iters=fits.EM_INNER,
                     naive_l2=max(fits.EM_INIT_L2_SCALE * b / 2000, DEFAULT_L2_FLOOR),
                     max_halvings=fits.EM_HALVINGS)
         np.testing.assert_allclose(np.asarray(t_em), np.asarray(em.theta), atol=1e-6)
