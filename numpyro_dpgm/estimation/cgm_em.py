@@ -330,7 +330,8 @@ def cgm_em(
         ``space``, ``m_step``, ``stop`` (``"risk"`` or ``"iterations"``: how the count was
         chosen), ``total_count``, ``total_count_estimated``; with ``max_iters="risk"`` also
         ``risk`` and ``risk_df`` (``R̂_t`` and its divergence for ``t = 0, 1, …`` of the
-        searched path), ``risk_best`` (the chosen count) and ``target``.
+        chosen start's searched path), ``risk_paths`` (``R̂_t`` of every start's path),
+        ``risk_best`` (the chosen count) and ``target``.
 
     Warns
     -----
