@@ -124,7 +124,7 @@ def test_run_nuts_draws_batches_until_converged():
     from numpyro_dpgm.infer.bayes.checks import convergence_figures
 
     cut = {k: v[:, :-50] for k, v in shorter.items()}
-    assert not converged(convergence_figures(cut, ["phi"]))
+    assert not converged(convergence_figures(cut, ["phi", "theta", "n"]))
 
 
 def test_run_nuts_auto_chain_method_follows_the_devices():

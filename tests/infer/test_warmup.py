@@ -33,8 +33,9 @@ def test_chunks_make_the_same_warmup_as_one_loop():
     one = MCMC(NUTS(model), num_warmup=120, num_samples=10, progress_bar=False)
     one.warmup(jax.random.split(key, 1)[0], Y)
     chunked = MCMC(NUTS(model), num_warmup=120, num_samples=10, progress_bar=False)
-    steps = bounded_warmup(chunked, key, (Y,), {}, deadline=float("inf"), chunk=25)
-    assert steps == (120,)
+    warm = bounded_warmup(chunked, key, (Y,), {}, deadline=float("inf"), chunk=25)
+    assert warm.steps == (120,)
+    assert warm.step_seconds > 0 and warm.compile_seconds >= 0
     a, b = one.post_warmup_state, chunked.post_warmup_state
     np.testing.assert_allclose(a.adapt_state.step_size, b.adapt_state.step_size, rtol=1e-10)
     np.testing.assert_allclose(a.adapt_state.inverse_mass_matrix[("mu", "sigma")],
@@ -47,9 +48,9 @@ def test_a_deadline_stops_warmup_and_keeps_the_adapted_state():
     mcmc = MCMC(NUTS(model), num_warmup=10_000, num_samples=10, num_chains=2,
                 chain_method="sequential", progress_bar=False)
     seen = []
-    steps = bounded_warmup(mcmc, jax.random.key(0), (Y,), {}, deadline=0.0, chunk=25,
-                           callback=lambda c, done, total, left: seen.append((c, done)))
-    assert steps == (25, 25) and seen == [(0, 25), (1, 25)]
+    warm = bounded_warmup(mcmc, jax.random.key(0), (Y,), {}, deadline=0.0, chunk=25,
+                          callback=lambda c, done, total, left: seen.append((c, done)))
+    assert warm.steps == (25, 25) and seen == [(0, 25), (1, 25)]
     mcmc.run(jax.random.key(1), Y)
     assert mcmc.get_samples()["mu"].shape == (20,)
 

@@ -373,12 +373,13 @@ def run_nuts(
         (:func:`~.warmup.bounded_warmup`) and stops, keeping what it has adapted, once it has
         used :data:`WARMUP_SHARE` of the limit (with a ``ConvergenceWarning``; ``mcmc.warmup_steps``
         says how far each chain got); the first draws are cut to what the time left is
-        expected to hold at the warm-up's pace. After the first draws, keep drawing batches of
-        ``num_samples`` more per chain (:func:`~.extend.draw_until`: no new warm-up) while some
-        parameter's split R-hat exceeds 1.01 or its bulk ESS is below ``target_ess``, as long
-        as the next batch is expected to end within ``time_limit`` of the call's start (the
-        first one is expected to take as long as warm-up and first draws together, later ones
-        as long as the last batch).
+        expected to hold at the pace of warm-up's last steps (those with the adapted step
+        size), after a compilation as long as warm-up's. After the first draws, keep drawing
+        batches of as many draws per chain (:func:`~.extend.draw_until`: no new warm-up) while
+        some parameter or latent cell has a split R-hat above 1.01 or a bulk ESS below
+        ``target_ess``, as long as the next batch is expected to end within ``time_limit`` of
+        the call's start (the first one is expected to take as long as the first draws did,
+        compilation included, later ones as long as the last batch).
         ``None`` (default): exactly ``num_samples`` draws per chain.
     target_ess : float
         The bulk ESS that ``time_limit``'s batches aim for (default 400).
@@ -503,10 +504,11 @@ def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: fl
             m.convergence = _figures(m, sampled, max_tree_depth)
             return converged(m.convergence, target_ess)
 
-        # the first batch is expected to take as long as warm-up and draws together: draws
-        # after warm-up can cost more steps than the early warm-up's (on Adult's 842-cell
-        # release, every one at the maximum tree depth), and the time limit is a bound
-        mcmc.batches = draw_until(mcmc, done, started + time_limit, spent, fields, callback)
+        # the first batch (as many draws as the first run, compiled anew) is expected to
+        # take as long as the first draws did, compilation included; without a timed first
+        # run (no warm-up), as long as the whole call so far
+        first = getattr(mcmc, "draws_seconds", spent)
+        mcmc.batches = draw_until(mcmc, done, started + time_limit, first, fields, callback)
     if check and time_limit is None:  # draw_until's last check saw every draw
         mcmc.convergence = _figures(mcmc, sampled, max_tree_depth)
     if check:
@@ -525,7 +527,8 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
             fields: tuple, init_params: Any, deadline: float | None,
             warmup_callback: Callable | None) -> None:
     """``mcmc.run``; with a ``deadline``, warm-up bounded by :func:`~.warmup.bounded_warmup`
-    to :data:`WARMUP_SHARE` of the time left and the first draws cut to fit the rest."""
+    to :data:`WARMUP_SHARE` of the time left and the first draws cut to fit the rest, at the
+    pace of warm-up's last steps and after a compilation as long as warm-up's."""
     mcmc.warmup_steps = (mcmc.num_warmup,) * mcmc.num_chains
     if deadline is None or mcmc.num_warmup == 0:
         mcmc.run(rng_key, *model_args, extra_fields=fields, init_params=init_params,
@@ -533,20 +536,27 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
         return
     k_warm, k_run = jax.random.split(rng_key)
     start = time.perf_counter()
-    steps = bounded_warmup(mcmc, k_warm, model_args, model_kwargs,
-                           deadline=start + WARMUP_SHARE * (deadline - start),
-                           init_params=init_params, callback=warmup_callback)
-    mcmc.warmup_steps = steps
+    warm = bounded_warmup(mcmc, k_warm, model_args, model_kwargs,
+                          deadline=start + WARMUP_SHARE * (deadline - start),
+                          init_params=init_params, callback=warmup_callback)
+    steps = mcmc.warmup_steps = warm.steps
     if min(steps) < mcmc.num_warmup:
         warnings.warn(
             f"run_nuts: warm-up stopped after {min(steps)} of {mcmc.num_warmup} steps in some "
             f"chain, to keep within time_limit ({WARMUP_SHARE:.0%} of it is for warm-up); the "
             "step size and mass matrix are those adapted so far. Remedy: a longer time_limit, "
             "or fewer warm-up steps", ConvergenceWarning, stacklevel=5)
-    per_draw = (time.perf_counter() - start) / max(sum(steps), 1)
-    fit = int((deadline - time.perf_counter()) / (per_draw * mcmc.num_chains))
+    # a draw costs what a step at the end of warm-up cost (the adapted step size: early
+    # warm-up steps are cheaper or dearer), and the draws' loop compiles about as long as
+    # warm-up's step did; parallel chains run side by side
+    side_by_side = mcmc.num_chains if mcmc.chain_method == "parallel" else 1
+    per_round = warm.step_seconds * mcmc.num_chains / side_by_side
+    left = deadline - time.perf_counter() - warm.compile_seconds
+    fit = int(left / max(per_round, 1e-9))
     mcmc.num_samples = max(min(mcmc.num_samples, fit), MIN_FIRST_DRAWS)
+    began = time.perf_counter()
     mcmc.run(k_run, *model_args, extra_fields=fields, **model_kwargs)
+    mcmc.draws_seconds = time.perf_counter() - began
 
 
 def user_collapse(model: Callable[..., Any], model_args: tuple = (),
@@ -641,17 +651,19 @@ def _run_user_exact(model: Callable[..., Any], rng_key: Array, model_args: tuple
 
 
 def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
-    """The run's :class:`~.checks.ConvergenceFigures` over the parameters (``φ``; ``n`` where
-    ``θ`` is fixed; a model of your own's sites but ``theta`` and ``mu``)."""
+    """The run's :class:`~.checks.ConvergenceFigures` over every parameter and latent cell:
+    ``φ``, ``θ`` and ``n`` of the library's model (``n`` where ``θ`` is fixed); every site of
+    a model of your own but the collapsed path's auxiliary ``ξ`` and ``v`` and the noise's
+    location ``mu``, a function of the tables."""
     samples = mcmc.get_samples(group_by_chain=True)
     model = model.base if isinstance(model, CollapsedModel) else model
     if isinstance(model, NoisyMarginalsModel):
-        sites = ["phi"] if model.theta is None else ["n"]
+        sites = ["phi", "theta", "n"] if model.theta is None else ["n"]
     else:
         plan = getattr(mcmc, "collapse_plan", None)
         auxiliary = () if plan is None else {f"{s.name}_{a}" for s in plan.sites
                                              for a in ("xi", "v")}
-        sites = [k for k in samples if k not in ("theta", "mu") and k not in auxiliary]
+        sites = [k for k in samples if k != "mu" and k not in auxiliary]
     extra = mcmc.get_extra_fields(group_by_chain=True)
     return convergence_figures(samples, sites, extra.get("num_steps"), max_tree_depth,
                                extra.get("diverging"))

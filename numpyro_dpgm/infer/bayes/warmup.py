@@ -6,7 +6,10 @@ runs each chain's warm-up itself, ``chunk`` kernel steps per compiled call (the 
 schedule lives in the kernel's state, so the chunks make the same warm-up as one loop), checks
 the clock between chunks and stops a chain's warm-up when its share of the time is spent. The
 adapted states become ``mcmc.post_warmup_state``, from which ``mcmc.run`` draws without warming
-up again. A warm-up cut short keeps the step size and mass matrix adapted so far.
+up again. A warm-up cut short keeps the step size and mass matrix adapted so far. The result
+says how long a step took at the end of warm-up (with the step size and mass matrix the draws
+will use, so a fair forecast of a draw's cost, unlike the average over warm-up, whose early steps
+run with other step sizes) and about how long the compilation took.
 
 >>> import jax, numpyro, numpyro.distributions as dist
 >>> from numpyro.infer import MCMC, NUTS
@@ -14,7 +17,7 @@ up again. A warm-up cut short keeps the step size and mass matrix adapted so far
 ...     numpyro.sample("x", dist.Normal(0.0, 1.0))
 >>> mcmc = MCMC(NUTS(model), num_warmup=200, num_samples=100, progress_bar=False)
 >>> done = bounded_warmup(mcmc, jax.random.key(0), (), {}, deadline=float("inf"))
->>> done
+>>> done.steps
 (200,)
 >>> mcmc.run(jax.random.key(1))
 >>> mcmc.get_samples()["x"].shape
@@ -25,16 +28,36 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from numpyro.infer import MCMC
 
-__all__ = ["WARMUP_CHUNK", "bounded_warmup"]
+__all__ = ["WARMUP_CHUNK", "Warmup", "bounded_warmup"]
 
 #: Kernel steps per compiled call of :func:`bounded_warmup`.
 WARMUP_CHUNK = 25
+
+
+class Warmup(NamedTuple):
+    """What :func:`bounded_warmup` did.
+
+    Attributes
+    ----------
+    steps : tuple of int
+        Warm-up steps each chain made (``num_warmup`` unless the deadline cut it).
+    step_seconds : float
+        Seconds per step of the last chunk (the last chain's), with the adapted step size.
+    compile_seconds : float
+        The first chunk's seconds beyond what its steps would take at the median chunk's pace:
+        about the compilation of the kernel's step (0 when there was one chunk only).
+    """
+
+    steps: tuple[int, ...]
+    step_seconds: float
+    compile_seconds: float
 
 
 def bounded_warmup(
@@ -47,7 +70,7 @@ def bounded_warmup(
     init_params: Any = None,
     chunk: int = WARMUP_CHUNK,
     callback: Callable[[int, int, int, float], None] | None = None,
-) -> tuple[int, ...]:
+) -> Warmup:
     """Warm up every chain of ``mcmc`` until done or ``deadline``; set its post-warm-up state.
 
     Parameters
@@ -69,13 +92,13 @@ def bounded_warmup(
 
     Returns
     -------
-    tuple of int
-        Warm-up steps each chain made (``num_warmup`` unless the deadline cut it).
+    Warmup
+        The steps each chain made and the time a step took at the end.
     """
     kernel, total = mcmc.sampler, int(mcmc.num_warmup)
     chains = mcmc.num_chains
     keys = jax.random.split(rng_key, chains)
-    states, done = [], []
+    states, done, paces = [], [], []
     for c in range(chains):
         params = (init_params if chains == 1 or init_params is None
                   else jax.tree.map(lambda x, c=c: x[c], init_params))
@@ -86,7 +109,9 @@ def bounded_warmup(
         stop, steps = time.perf_counter() + share, 0
         while steps < total and (steps == 0 or time.perf_counter() < stop):
             n = min(chunk, total - steps)
+            began = time.perf_counter()
             state = jax.block_until_ready(step(state, n))
+            paces.append(((time.perf_counter() - began) / n, n))
             steps += n
             if callback is not None:
                 callback(c, steps, total, deadline - time.perf_counter())
@@ -94,7 +119,10 @@ def bounded_warmup(
         done.append(steps)
     mcmc.post_warmup_state = (states[0] if chains == 1
                               else jax.tree.map(lambda *xs: jnp.stack(xs), *states))
-    return tuple(done)
+    median = float(np.median([p for p, _ in paces[1:]])) if len(paces) > 1 else 0.0
+    first, n = paces[0]
+    return Warmup(tuple(done), paces[-1][0] if len(paces) > 1 else first,
+                  max(first - median, 0.0) * n)
 
 
 def _chunk_program(kernel: Any, model_args: tuple, model_kwargs: dict, chunk: int) -> Any:
