@@ -141,6 +141,12 @@ class Measurement:
         """Number of cells of the measured clique table ``n_C``."""
         return self.values.size if self.query is None else self.query.shape[1]
 
+    @property
+    def is_identity(self) -> bool:
+        """Whether ``values`` is the noisy table itself (no query, or the identity matrix)."""
+        q = self.query
+        return q is None or (q.shape[0] == q.shape[1] and bool(np.array_equal(q, np.eye(len(q)))))
+
     def matrix(self) -> np.ndarray:
         """The query matrix ``Q`` (the identity when none was given)."""
         return np.eye(self.values.size) if self.query is None else self.query

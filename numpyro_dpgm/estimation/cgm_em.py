@@ -248,7 +248,9 @@ def cgm_em(
         ``θ_0``: the naive MLE (``None`` or ``"naive"``, the default), uniform (``"zeros"``),
         or a warm start (a previous fit's model or log-potentials). The naive start is
         :func:`~numpyro_dpgm.estimation.naive_mle` with its default rule times
-        ``init_l2_scale`` (public quantities only) unless ``naive_l2`` fixes λ.
+        ``init_l2_scale`` (public quantities only) unless ``naive_l2`` fixes λ, fitted to the
+        whole noisy tables of the release (measurements of other queries ignored, cliques
+        without such a table held at zero); uniform where the release has no whole table.
     init_l2_scale : float or sequence of floats, optional
         Multiplies the naive rule's λ for the naive start (default 1: the naive estimator's own fit,
         which EM then refines). A sequence gives candidate starts for ``max_iters="risk"``, which
@@ -357,6 +359,8 @@ def cgm_em(
 
     init = resolve_init(init, network, named=("naive", "zeros"))
     how = "given" if init is not None and not isinstance(init, str) else (init or "naive")
+    if how == "naive" and not any(m.is_identity for m in measurements):
+        how = "zeros"  # no whole noisy table to start from
     stop, max_em_iters = resolve_stop(max_iters, m_step_method, target)
     max_em_iters = check_max_iters(max_em_iters)
     scales = start_scales(init_l2_scale, stop) if how == "naive" else (None,)
@@ -366,11 +370,13 @@ def cgm_em(
 
         def start_of(release: Sequence[Measurement]) -> Array:
             if how != "naive":
-                return jnp.zeros(network.num_params) if how == "zeros" else jnp.asarray(init)
+                return jnp.asarray(init) if how == "given" else jnp.zeros(network.num_params)
             if release is measurements and own:
                 return own[0]
+            # a start: the whole noisy tables there are, other cliques held at zero
             theta = jnp.asarray(naive_mle(release, network, total_count=total, l2=naive_l2,
-                                          l2_scale=scale, init=own[0] if own else None)
+                                          l2_scale=scale, init=own[0] if own else None,
+                                          unmeasured="zero", non_identity="ignore")
                                 .model.theta)
             if release is measurements:
                 own.append(theta)
@@ -419,8 +425,7 @@ def em_start(model: NoisyMarginalsModel, **cgm_em_options: Any) -> dict[str, Arr
     """An interior starting point of NUTS or SVI on ``model`` from the NLBP-EM estimate.
 
     With ``θ`` inferred: ``θ̂`` from :func:`cgm_em` (options passed through, ``max_iters``
-    :data:`START_ITERS` unless given; its naive start,
-    or ``init="zeros"`` when some clique has no measurement of its own),
+    :data:`START_ITERS` unless given),
     ``φ = from_theta(θ̂)`` and ``n = N·μ(θ̂)``. With ``θ`` fixed: the NLBP MAP of ``n`` at that
     ``θ``. Both lie strictly inside ``N·M``.
 
@@ -440,15 +445,8 @@ def em_start(model: NoisyMarginalsModel, **cgm_em_options: Any) -> dict[str, Arr
     if model.theta is None:
         # a start, not the estimate: ten iterations, without the risk rule's extra runs
         cgm_em_options = {"max_iters": START_ITERS, **cgm_em_options}
-        try:
-            fit = cgm_em(model.measurements, net, total_count=model.total_count,
-                         **cgm_em_options)
-        except ValueError:
-            if "init" in cgm_em_options:
-                raise
-            # the naive start needs every clique measured; start EM from uniform instead
-            fit = cgm_em(model.measurements, net, total_count=model.total_count, init="zeros",
-                         **cgm_em_options)
+        fit = cgm_em(model.measurements, net, total_count=model.total_count,
+                     **cgm_em_options)
         theta_hat = fit.model.theta
         eta = model.latent_theta(theta_hat)
         return {"phi": model.coding.from_theta(theta_hat),

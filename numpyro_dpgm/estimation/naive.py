@@ -213,13 +213,6 @@ class _Combined(NamedTuple):
     count: int
 
 
-def _is_identity(m: Measurement) -> bool:
-    if m.query is None:
-        return True
-    q = m.query
-    return q.shape[0] == q.shape[1] and bool(np.array_equal(q, np.eye(q.shape[0])))
-
-
 def _combine(
     measurements: Sequence[Measurement], network: MarkovNetwork, non_identity: str
 ) -> tuple[dict[Clique, _Combined], tuple[int, ...]]:
@@ -237,7 +230,7 @@ def _combine(
                 f"measurement {k} of clique {clique} covers {m.num_cells} cells; the domain "
                 f"gives that clique {math.prod(shape)} cells (shape {shape})"
             )
-        if not _is_identity(m):
+        if not m.is_identity:
             if non_identity == "ignore":
                 ignored.append(k)
                 continue

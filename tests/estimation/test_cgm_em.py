@@ -152,6 +152,22 @@ def test_no_noise_recovers_the_mle(exact_counts, init: str) -> None:
     np.testing.assert_allclose(bf.probs(), mle_joint(n, N), rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_release_of_other_queries_starts_where_it_can(exact_counts, whole: bool) -> None:
+    # (b, c) released through an invertible query (cumulative sums); (a, b) as a whole table or
+    # through the same kind of query. The naive start fits the whole tables there are (the
+    # others held at zero) or is uniform where there is none; EM then recovers the MLE
+    n, N = exact_counts
+    q_ab, q_bc = np.tril(np.ones((6, 6))), np.tril(np.ones((6, 6)))
+    meas = [Measurement(("a", "b"), n[:6] if whole else q_ab @ n[:6], Gaussian(3.0),
+                        None if whole else q_ab),
+            Measurement(("b", "c"), q_bc @ n[6:], Gaussian(3.0), q_bc)]
+    res = cgm_em(meas, CHAIN, total_count=N, max_iters=300, inner_iters=200, tol=1e-10)
+    assert res.extras["init"] == ("naive" if whole else "zeros")
+    bf = BruteForce(CHAIN, np.asarray(res.model.theta))
+    np.testing.assert_allclose(bf.probs(), mle_joint(n, N), rtol=0, atol=1e-6)
+
+
 def test_tiny_noise_recovers_the_mle_with_small_damping(exact_counts) -> None:
     n, N = exact_counts
     sigma = 0.1

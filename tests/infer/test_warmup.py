@@ -16,6 +16,7 @@ import pytest
 from numpyro.infer import MCMC, NUTS
 
 from numpyro_dpgm.infer.bayes import ConvergenceWarning, run_nuts
+from numpyro_dpgm.infer.bayes.nuts import MIN_FIRST_DRAWS
 from numpyro_dpgm.infer.bayes.warmup import bounded_warmup
 
 
@@ -60,4 +61,4 @@ def test_run_nuts_time_limit_bounds_warmup_and_says_so():
         mcmc = run_nuts(model, jax.random.key(0), Y, num_warmup=100_000, num_samples=50,
                         num_chains=1, time_limit=2.0, check=False)
     assert mcmc.warmup_steps[0] < 100_000
-    assert mcmc.get_samples()["mu"].shape[0] >= 20
+    assert mcmc.get_samples()["mu"].shape[0] >= MIN_FIRST_DRAWS

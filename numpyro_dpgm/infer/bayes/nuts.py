@@ -374,12 +374,13 @@ def run_nuts(
         used :data:`WARMUP_SHARE` of the limit (with a ``ConvergenceWarning``; ``mcmc.warmup_steps``
         says how far each chain got); the first draws are cut to what the time left is
         expected to hold at the pace of warm-up's last steps (those with the adapted step
-        size), after a compilation as long as warm-up's. After the first draws, keep drawing
-        batches of as many draws per chain (:func:`~.extend.draw_until`: no new warm-up) while
-        some parameter or latent cell has a split R-hat above 1.01 or a bulk ESS below
-        ``target_ess``, as long as the next batch is expected to end within ``time_limit`` of
-        the call's start (the first one is expected to take as long as the first draws did,
-        compilation included, later ones as long as the last batch).
+        size), after a compilation as long as warm-up's, but not below
+        :data:`MIN_FIRST_DRAWS` (with a ``ConvergenceWarning`` when cut). After the first
+        draws, keep drawing batches of as many draws per chain (:func:`~.extend.draw_until`:
+        no new warm-up) while some parameter or latent cell has a split R-hat above 1.01 or a
+        bulk ESS below ``target_ess``, as long as the next batch is expected to end within
+        ``time_limit`` of the call's start (the first one is expected to take as long as the
+        first draws did, compilation included, later ones as long as the last batch).
         ``None`` (default): exactly ``num_samples`` draws per chain.
     target_ess : float
         The bulk ESS that ``time_limit``'s batches aim for (default 400).
@@ -519,8 +520,9 @@ def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: fl
 #: The share of ``time_limit`` that warm-up may use at most (the rest is for draws).
 WARMUP_SHARE = 0.5
 
-#: The fewest first draws per chain when ``time_limit`` cuts them.
-MIN_FIRST_DRAWS = 20
+#: The fewest first draws per chain when ``time_limit`` cuts them (the fewest a split R-hat
+#: is computed from); a run whose draws cost more than the limit leaves may overrun it by these.
+MIN_FIRST_DRAWS = 4
 
 
 def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
@@ -553,7 +555,14 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
     per_round = warm.step_seconds * mcmc.num_chains / side_by_side
     left = deadline - time.perf_counter() - warm.compile_seconds
     fit = int(left / max(per_round, 1e-9))
-    mcmc.num_samples = max(min(mcmc.num_samples, fit), MIN_FIRST_DRAWS)
+    asked = mcmc.num_samples
+    mcmc.num_samples = max(min(asked, fit), MIN_FIRST_DRAWS)
+    if mcmc.num_samples < asked:
+        warnings.warn(
+            f"run_nuts: the first draws were cut to {mcmc.num_samples} of {asked} per chain, "
+            f"which is what the time left is expected to hold (a step took "
+            f"{warm.step_seconds:.3g} s at the end of warm-up). Remedy: a longer time_limit, "
+            "or fewer warm-up steps", ConvergenceWarning, stacklevel=5)
     began = time.perf_counter()
     mcmc.run(k_run, *model_args, extra_fields=fields, **model_kwargs)
     mcmc.draws_seconds = time.perf_counter() - began
