@@ -124,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
     data = load_demo()
     cliques = list(adult_workload("tree", data).cliques)
     pairs = {frozenset(c) for c in cliques if len(c) == 2}
-    extra = next(p for p in itertools.combinations(data.domain.attributes, 2)
+    extra = next(p for p in itertools.combinations(data.domain.attrs, 2)
                  if frozenset(p) not in pairs)
     tables = count(data.records, cliques + [extra], data.domain)
     noise = Laplace(len(cliques) / args.epsilon)
