@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.special
 
 from .domain import Clique
 
@@ -61,9 +62,13 @@ def project_table(table: Any, clique: Clique, target: Clique, log: bool = False)
     if missing:
         raise ValueError(f"cannot project clique {clique} onto {target}: {missing} not in it")
     drop = tuple(i for i, a in enumerate(clique) if a not in target)
-    xp = jnp if isinstance(table, jax.Array) or log else np
+    # a host table stays on the host: a JAX operation on it would compile a program per shape
+    # (Prox-PGM's start projected 31 tables through 109 of them, 4.3 s of a 29 s first fit)
+    on_device = isinstance(table, jax.Array)
+    xp = jnp if on_device else np
     if drop:
-        table = jax.nn.logsumexp(table, axis=drop) if log else xp.sum(table, axis=drop)
+        logsumexp = jax.nn.logsumexp if on_device else scipy.special.logsumexp
+        table = logsumexp(table, axis=drop) if log else xp.sum(table, axis=drop)
     kept = [a for a in clique if a in target]
     perm = tuple(kept.index(a) for a in target)
     return xp.transpose(table, perm) if perm != tuple(range(len(perm))) else table
