@@ -2,9 +2,10 @@
 
 NumPyro's ``MCMC.run`` compiles warm-up and sampling into one loop per chain, which cannot stop
 early: a run given a time limit could spend all of it, and more, adapting. :func:`bounded_warmup`
-runs each chain's warm-up itself, ``chunk`` kernel steps per compiled call (the adaptation
-schedule lives in the kernel's state, so the chunks make the same warm-up as one loop), checks
-the clock between chunks and stops a chain's warm-up when its share of the time is spent. The
+runs each chain's warm-up itself, up to ``chunk`` kernel steps per compiled call, as many as
+its share of the time holds at the last step's pace (the adaptation schedule lives in the
+kernel's state, so the chunks make the same warm-up as one loop), checks the clock between
+chunks and stops a chain's warm-up when its share of the time is spent. The
 adapted states become ``mcmc.post_warmup_state``, from which ``mcmc.run`` draws without warming
 up again. A warm-up cut short keeps the step size and mass matrix adapted so far. The result
 says how long a step took at the end of warm-up (with the step size and mass matrix the draws
@@ -37,7 +38,8 @@ from numpyro.infer import MCMC
 
 __all__ = ["WARMUP_CHUNK", "Warmup", "bounded_warmup"]
 
-#: Kernel steps per compiled call of :func:`bounded_warmup`.
+#: The most kernel steps per compiled call of :func:`bounded_warmup` (fewer where the time
+#: left at the last step's pace holds fewer; the first call makes one).
 WARMUP_CHUNK = 25
 
 
@@ -51,8 +53,8 @@ class Warmup(NamedTuple):
     step_seconds : float
         Seconds per step of the last chunk (the last chain's), with the adapted step size.
     compile_seconds : float
-        The first chunk's seconds beyond what its steps would take at the median chunk's pace:
-        about the compilation of the kernel's step (0 when there was one chunk only).
+        The first call's seconds (one step) beyond the median step's: about the compilation
+        of the kernel's step (0 when there was one call only).
     """
 
     steps: tuple[int, ...]
@@ -99,6 +101,7 @@ def bounded_warmup(
     chains = mcmc.num_chains
     keys = jax.random.split(rng_key, chains)
     states, done, paces = [], [], []
+    first = pace = None  # the first call's seconds (it compiles); seconds per step since
     for c in range(chains):
         params = (init_params if chains == 1 or init_params is None
                   else jax.tree.map(lambda x, c=c: x[c], init_params))
@@ -108,10 +111,19 @@ def bounded_warmup(
         share = (deadline - time.perf_counter()) / (chains - c)
         stop, steps = time.perf_counter() + share, 0
         while steps < total and (steps == 0 or time.perf_counter() < stop):
-            n = min(chunk, total - steps)
+            # a chunk ends by the chain's share at the last pace (at least one step): where a
+            # step takes seconds, a fixed chunk would overrun the share by many of them
+            left = stop - time.perf_counter()
+            fits = 1 if pace is None else chunk if left >= chunk * pace else int(left / pace)
+            n = max(1, min(chunk, total - steps, fits))
             began = time.perf_counter()
             state = jax.block_until_ready(step(state, n))
-            paces.append(((time.perf_counter() - began) / n, n))
+            seconds = time.perf_counter() - began
+            if first is None:
+                first = seconds
+            else:
+                paces.append(seconds / n)
+            pace = seconds / n
             steps += n
             if callback is not None:
                 callback(c, steps, total, deadline - time.perf_counter())
@@ -119,10 +131,8 @@ def bounded_warmup(
         done.append(steps)
     mcmc.post_warmup_state = (states[0] if chains == 1
                               else jax.tree.map(lambda *xs: jnp.stack(xs), *states))
-    median = float(np.median([p for p, _ in paces[1:]])) if len(paces) > 1 else 0.0
-    first, n = paces[0]
-    return Warmup(tuple(done), paces[-1][0] if len(paces) > 1 else first,
-                  max(first - median, 0.0) * n)
+    median = float(np.median(paces)) if paces else 0.0
+    return Warmup(tuple(done), pace, max(first - median, 0.0))
 
 
 def _chunk_program(kernel: Any, model_args: tuple, model_kwargs: dict, chunk: int) -> Any:
