@@ -54,7 +54,7 @@ class Warmup(NamedTuple):
         Seconds per step of the last chunk (the last chain's), with the adapted step size.
     compile_seconds : float
         The first call's seconds (one step) beyond the median step's: about the compilation
-        of the kernel's step (0 when there was one call only).
+        of the kernel's step (the whole first call when there was no other).
     """
 
     steps: tuple[int, ...]
