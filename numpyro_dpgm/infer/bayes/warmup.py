@@ -119,8 +119,9 @@ def bounded_warmup(
             began = time.perf_counter()
             state = jax.block_until_ready(step(state, n))
             seconds = time.perf_counter() - began
-            if first is None:
+            if first is None:  # it compiled: the chains share what is left after it
                 first = seconds
+                stop = time.perf_counter() + (deadline - time.perf_counter()) / (chains - c)
             else:
                 paces.append(seconds / n)
             pace = seconds / n
