@@ -315,6 +315,17 @@ def test_convergence_figures_flag_stuck_chains():
     assert convergence_figures(good, ["x"]).divergences == 0
 
 
+def test_bulk_ess_of_antithetic_draws_is_capped_not_negative():
+    # NumPyro's raw estimate S/τ̂ (τ̂ unbounded) of an antithetic chain exceeds S·log10(S) or
+    # turns negative on short chains; as ArviZ and Stan, τ̂ ≥ 1/log10(S) caps it
+    rng = np.random.default_rng(1)
+    flip = (-1.0) ** np.arange(20) * (1.0 + 0.01 * rng.normal(size=(2, 20)))
+    ess = convergence_figures({"x": flip[..., None]}, ["x"]).min_ess_bulk
+    np.testing.assert_allclose(ess, 40 * np.log10(40), rtol=1e-12)
+    ar = np.cumsum(rng.normal(size=(2, 400)), axis=1)  # a random walk: a small ESS, untouched
+    assert 0 < convergence_figures({"x": ar[..., None]}, ["x"]).min_ess_bulk < 40
+
+
 def test_exact_start_model_errors():
     model = noisy_marginals_model(NET1, [Measurement(("a",), Y1, Laplace(B1))], N1)
     with pytest.raises(ValueError, match="relaxed=False"):

@@ -94,6 +94,10 @@ def _rhat_ess(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(invalid="ignore", divide="ignore"):
         rhat = np.maximum(np.asarray(split_gelman_rubin(z)), np.asarray(split_gelman_rubin(folded)))
         ess = np.asarray(effective_sample_size(z))
+    # NumPyro's estimate is S/τ̂ with τ̂ unbounded; as ArviZ (and Stan), τ̂ ≥ 1/log10(S), so the
+    # ESS of antithetic draws is at most S·log10(S), never negative (τ̂ < 0 from short chains)
+    cap = x.shape[0] * x.shape[1] * np.log10(x.shape[0] * x.shape[1])
+    ess = np.where((ess <= 0) | (ess > cap), cap, ess)
     rhat = np.where(const, np.nan, rhat)
     ess = np.where(const, np.nan, ess)
     return rhat, ess
