@@ -176,7 +176,7 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     from numpyro_dpgm.infer.bayes import run_nuts
 
     options = dict(num_chains=args.chains, dense_mass=args.dense_mass, check=False,
-                   chain_method=args.chain_method, collapsed=True)
+                   chain_method=args.chain_method, collapsed=True, metric=args.metric)
     limit = {} if args.time_limit is None else {"time_limit": args.time_limit}
     total = float(model.total_count)
     model, margs = sampled(model, args.model)
@@ -218,6 +218,11 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
         mu = np.asarray(grouped["mu"]).reshape(-1, truth.size).mean(0)
         row["mu_mean_abs_error"] = float(np.mean(np.abs(mu - truth / total)))
     row["path_reason"] = mcmc.path_reason
+    row["metric"] = mcmc.metric
+    row["warmup_steps"] = list(getattr(mcmc, "warmup_steps", ()))
+    if mcmc.laplace is not None:
+        row.update(laplace_s=mcmc.laplace.seconds, laplace_iterations=mcmc.laplace.iterations,
+                   laplace_converged=mcmc.laplace.converged)
     return row
 
 
@@ -232,7 +237,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--draws", type=int, default=300)
-    parser.add_argument("--dense-mass", action="store_true")
+    parser.add_argument("--dense-mass", action="store_true",
+                        help="with --metric adapt: a dense mass matrix adapted in warm-up")
+    parser.add_argument("--metric", choices=("laplace", "adapt"), default=None,
+                        help="run_nuts's metric (default its own: laplace on this path)")
     parser.add_argument("--chain-method", choices=("sequential", "parallel"), default="sequential",
                         help="parallel: one device per chain (on a CPU, XLA_FLAGS="
                              "--xla_force_host_platform_device_count=CHAINS)")
@@ -263,7 +271,8 @@ def main(args: argparse.Namespace) -> int:
         "records": int(data.total), "eps": args.eps, "cells": int(model.network.num_params),
         "params": int(model.coding.dim), "laplace_b": float(model.noise_scales[0]),
         "chains": args.chains, "warmup": args.warmup, "draws": args.draws,
-        "dense_mass": args.dense_mass, "chain_method": args.chain_method, "model": args.model,
+        "dense_mass": args.dense_mass, "metric_asked": args.metric,
+        "chain_method": args.chain_method, "model": args.model,
         "jax_devices": [str(d) for d in jax.devices()]}
     record["rows"].append(row)
     if args.gradient:

@@ -71,7 +71,7 @@ from .gibbs import ExactState
 from .laplace_mixture import noise_variances
 
 __all__ = ["CollapsePlan", "CollapsedSite", "collapse", "collapse_kernel", "collapse_plan",
-           "collapse_start"]
+           "collapse_start", "gibbs_values"]
 
 Array = Any
 
@@ -326,10 +326,19 @@ def collapse_kernel(model: Callable[..., Any], plan: CollapsePlan, model_args: t
 def collapse_start(plan: CollapsePlan, num_chains: int) -> dict[str, Array]:
     """The noise variances' starting values: their prior mean ``2b²`` per Laplace answer (one
     row per chain where ``num_chains > 1``)."""
+    out = {k: v for k, v in gibbs_values(plan).items() if k.endswith("_v")}
+    if num_chains == 1:
+        return out
+    return {k: jnp.broadcast_to(v, (num_chains,) + v.shape) for k, v in out.items()}
+
+
+def gibbs_values(plan: CollapsePlan) -> dict[str, Array]:
+    """One chain's values of the Gibbs sites where NUTS's metric is computed
+    (:mod:`.laplace_metric`): the noise variances at their prior mean ``2b²`` (the Gaussian
+    noise of the Laplace noise's variance) and ``ξ = 0``."""
     out = {}
     for s in plan.sites:
+        out[f"{s.name}_xi"] = jnp.zeros(s.dim)
         if s.laplace.size:
-            v0 = 2.0 * jnp.asarray(s.scale[s.laplace]) ** 2
-            out[f"{s.name}_v"] = v0 if num_chains == 1 else jnp.broadcast_to(
-                v0, (num_chains,) + v0.shape)
+            out[f"{s.name}_v"] = 2.0 * jnp.asarray(s.scale[s.laplace]) ** 2
     return out

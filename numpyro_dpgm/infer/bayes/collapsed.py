@@ -77,7 +77,7 @@ from .laplace_mixture import noise_variances
 from .model import OBSERVED, NoisyMarginalsModel
 
 __all__ = ["PATH_REASON", "CollapsedGibbs", "CollapsedModel", "collapsed_kernel",
-           "collapsed_start", "collapsed_unable", "preconditioner"]
+           "collapsed_start", "collapsed_unable", "gibbs_values", "preconditioner"]
 
 Array = Any
 
@@ -289,6 +289,15 @@ def collapsed_start(model: CollapsedModel, phi: Array | None, num_chains: int,
               else jnp.asarray((np.asarray(phi, float) - model.phi0) / model.scale))
     if not model.laplace:
         return {"phi_std": centre}, None
-    v0 = 2.0 * model.noise_scales ** 2
+    v0 = gibbs_values(model)["v"]
     return {"phi_std": centre}, {"v": v0 if num_chains == 1
                                  else jnp.broadcast_to(v0, (num_chains,) + v0.shape)}
+
+
+def gibbs_values(model: CollapsedModel) -> dict[str, Array]:
+    """One chain's values of the Gibbs sites where NUTS's metric is computed
+    (:mod:`.laplace_metric`): ``v`` at its prior mean ``2b²`` (Laplace noise) and ``ξ = 0``."""
+    out = {"xi": jnp.zeros(model.plan.dim)}
+    if model.laplace:
+        out["v"] = 2.0 * model.noise_scales ** 2
+    return out
