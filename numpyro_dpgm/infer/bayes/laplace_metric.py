@@ -259,10 +259,16 @@ def with_metric(state: Any, inverse_mass_matrix: Array) -> Any:
     sqrt_inv = jnp.swapaxes(jnp.linalg.cholesky(inverse[::-1, ::-1])[::-1, ::-1], -2, -1)
     sqrt = jax.scipy.linalg.solve_triangular(sqrt_inv, jnp.identity(inverse.shape[-1]),
                                              lower=True)
+    factors = (inverse, sqrt, sqrt_inv)
+    if isinstance(adapt.inverse_mass_matrix, dict):  # a model's NUTS: one block of its sites
+        if len(adapt.inverse_mass_matrix) != 1:
+            raise ValueError("with_metric replaces one dense block over every site of NUTS")
+        (sites,) = adapt.inverse_mass_matrix
+        factors = tuple({sites: f} for f in factors)
     restart = dual_averaging()[0](jnp.log(10.0) + jnp.log(adapt.step_size))
     return with_nuts_state(state, nuts._replace(adapt_state=adapt._replace(
-        inverse_mass_matrix=inverse, mass_matrix_sqrt=sqrt, mass_matrix_sqrt_inv=sqrt_inv,
-        ss_state=restart)))
+        inverse_mass_matrix=factors[0], mass_matrix_sqrt=factors[1],
+        mass_matrix_sqrt_inv=factors[2], ss_state=restart)))
 
 
 def laplace_retune(found: LaplaceMetric, start: int = 25, at: int = 100) -> Retune:
