@@ -17,7 +17,7 @@ from numpyro.infer import MCMC, NUTS
 
 from numpyro_dpgm.infer.bayes import ConvergenceWarning, run_nuts
 from numpyro_dpgm.infer.bayes.nuts import MIN_FIRST_DRAWS
-from numpyro_dpgm.infer.bayes.warmup import bounded_warmup
+from numpyro_dpgm.infer.bayes.warmup import _settled, bounded_warmup
 
 
 def model(y):
@@ -55,6 +55,23 @@ def test_a_deadline_stops_warmup_and_keeps_the_adapted_state():
     assert warm.steps == (1, 1) and seen == [(0, 1), (1, 1)]
     mcmc.run(jax.random.key(1), Y)
     assert mcmc.get_samples()["mu"].shape == (20,)
+
+
+def test_a_cut_warmup_keeps_the_averaged_step_size():
+    """Cut after 40 of 500 steps, a chain keeps ``exp(x̄)``, the dual-averaging mean that
+    NumPyro itself keeps at a window's end, not the last iterate ``exp(x_t)``; the rest of
+    the state is unchanged."""
+    kernel = NUTS(model)
+    state = kernel.init(jax.random.key(5), 500, None, (Y,), {})
+    for _ in range(40):
+        state = kernel.sample(state, (Y,), {})
+    ss = state.adapt_state.ss_state
+    assert not np.isclose(float(jnp.exp(ss[1])), float(state.adapt_state.step_size))
+    settled = _settled(state)
+    np.testing.assert_allclose(settled.adapt_state.step_size, np.exp(ss[1]), rtol=1e-14)
+    np.testing.assert_array_equal(settled.z["mu"], state.z["mu"])
+    np.testing.assert_array_equal(settled.adapt_state.inverse_mass_matrix[("mu", "sigma")],
+                                  state.adapt_state.inverse_mass_matrix[("mu", "sigma")])
 
 
 def test_run_nuts_time_limit_bounds_warmup_and_says_so():

@@ -45,25 +45,16 @@ import numpy as np
 import scipy.optimize
 from jax.flatten_util import ravel_pytree
 from numpyro import handlers
-from numpyro.infer.hmc_util import dual_averaging
 from numpyro.infer.util import initialize_model
 
-from .warmup import Retune, nuts_state, with_nuts_state
-
 __all__ = ["METRICS", "ChosenMetric", "LaplaceMetric", "block_potential", "choose_metric",
-           "laplace_metric", "laplace_retune", "laplace_starts", "rescaled", "with_metric"]
+           "laplace_metric", "laplace_starts"]
 
 Array = Any
 
 #: The metrics of :func:`choose_metric`: the curvature at the mode, or NumPyro's adaptation.
 METRICS = ("laplace", "adapt")
 
-#: Warm-up steps from which :func:`choose_metric` rescales the metric in warm-up (after step
-#: 100 of :func:`laplace_retune`, leaving the step size at least 50 steps to adapt).
-RETUNE_MIN_WARMUP = 150
-
-#: Bounds of the factor by which :func:`rescaled` moves a marginal variance of ``H⁻¹``.
-RESCALE_BOUNDS = (1 / 16, 16.0)
 
 
 class LaplaceMetric(NamedTuple):
@@ -187,29 +178,24 @@ class ChosenMetric(NamedTuple):
     starts : pytree or None
         Unconstrained starts of NUTS's sites per chain (:func:`laplace_starts`), or ``None``.
     found : LaplaceMetric or None
-    retune : Retune or None
-        Warm-up's change of the metric's scales (:func:`laplace_retune`), or ``None``.
     """
 
     name: str
     nuts_options: dict
     starts: Any
     found: LaplaceMetric | None
-    retune: Retune | None = None
 
 
 def choose_metric(metric: str | None, model: Callable[..., Any], model_args: tuple,
                   model_kwargs: dict, fixed: Mapping[str, Array], init_strategy: Callable,
                   rng_key: Array, num_chains: int, radius: float,
-                  dense_mass: bool | None, num_warmup: int = 0) -> ChosenMetric:
+                  dense_mass: bool | None) -> ChosenMetric:
     """NUTS's metric and starts for the sites of ``model`` but ``fixed`` (the Gibbs blocks).
 
     ``metric="laplace"``: (1) from the point of ``init_strategy``, the chains starting from
     draws of ``N(ẑ, H⁻¹)`` (``radius=0``: at ``ẑ``); ``"adapt"``: NumPyro's windowed adaptation
     with ``dense_mass``; ``None``: ``"laplace"``, or ``"adapt"`` with a warning where the
-    curvature is not positive definite. With ``"laplace"`` and at least
-    :data:`RETUNE_MIN_WARMUP` warm-up steps, warm-up rescales the metric's variances to its
-    draws' after step 100 (:func:`laplace_retune`).
+    curvature is not positive definite.
     """
     if metric not in (None, *METRICS):
         raise ValueError(f"metric must be one of {METRICS} or None, got {metric!r}")
@@ -228,52 +214,5 @@ def choose_metric(metric: str | None, model: Callable[..., Any], model_args: tup
     starts = laplace_starts(found, k_start, num_chains, spread=1.0 if radius > 0 else 0.0)
     options = {"dense_mass": True, "inverse_mass_matrix": found.inverse_mass_matrix,
                "adapt_mass_matrix": False}
-    retune = laplace_retune(found) if num_warmup >= RETUNE_MIN_WARMUP else None
-    return ChosenMetric("laplace", options, starts, found, retune)
+    return ChosenMetric("laplace", options, starts, found)
 
-
-def rescaled(found: LaplaceMetric, variance: Array) -> Array:
-    """``H⁻¹`` with its marginal variances replaced by warm-up draws' ``variance``:
-    ``D^{1/2} H⁻¹ D^{1/2}``, ``D = variance / diag(H⁻¹)`` within :data:`RESCALE_BOUNDS`.
-
-    The correlations stay the curvature's, which a few dozen draws could not estimate in
-    hundreds of dimensions; the scales become the draws'. Where the posterior is skewed, the
-    curvature at the mode understates its spread: on Adult's 842-cell tree the draws' standard
-    deviation was 0.8–3.4 times the normal approximation's, the largest on log odds of nearly
-    empty cells, whose likelihood is flat towards minus infinity.
-    """
-    cov = jnp.asarray(found.inverse_mass_matrix)
-    factor = jnp.clip(jnp.asarray(variance) / jnp.diag(cov), *RESCALE_BOUNDS)
-    root = jnp.sqrt(factor)
-    return root[:, None] * cov * root[None, :]
-
-
-def with_metric(state: Any, inverse_mass_matrix: Array) -> Any:
-    """``state`` (NUTS's, or a Gibbs kernel's whose last block is NUTS) with NUTS's dense
-    metric replaced and its step-size adaptation restarted from the current step size, as
-    NumPyro does at the end of a warm-up window."""
-    nuts = nuts_state(state)
-    adapt = nuts.adapt_state
-    inverse = jnp.asarray(inverse_mass_matrix)
-    # NumPyro's factors: M^{-1/2} from the Cholesky factor of the flipped matrix, and M^{1/2}
-    sqrt_inv = jnp.swapaxes(jnp.linalg.cholesky(inverse[::-1, ::-1])[::-1, ::-1], -2, -1)
-    sqrt = jax.scipy.linalg.solve_triangular(sqrt_inv, jnp.identity(inverse.shape[-1]),
-                                             lower=True)
-    factors = (inverse, sqrt, sqrt_inv)
-    if isinstance(adapt.inverse_mass_matrix, dict):  # a model's NUTS: one block of its sites
-        if len(adapt.inverse_mass_matrix) != 1:
-            raise ValueError("with_metric replaces one dense block over every site of NUTS")
-        (sites,) = adapt.inverse_mass_matrix
-        factors = tuple({sites: f} for f in factors)
-    restart = dual_averaging()[0](jnp.log(10.0) + jnp.log(adapt.step_size))
-    return with_nuts_state(state, nuts._replace(adapt_state=adapt._replace(
-        inverse_mass_matrix=factors[0], mass_matrix_sqrt=factors[1],
-        mass_matrix_sqrt_inv=factors[2], ss_state=restart)))
-
-
-def laplace_retune(found: LaplaceMetric, start: int = 25, at: int = 100) -> Retune:
-    """The :class:`~.warmup.Retune` of warm-up that sets :func:`rescaled` from the draws of
-    steps ``start + 1 … at``."""
-    return Retune(lambda state: nuts_state(state).z,
-                  lambda state, variance: with_metric(state, rescaled(found, variance)),
-                  start, at)

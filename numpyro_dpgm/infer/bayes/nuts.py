@@ -70,7 +70,7 @@ from .initialization import init_to_interior, init_values
 from .interweave import released_noise_share
 from .laplace_metric import choose_metric
 from .model import OBSERVED, NoisyMarginalsModel
-from .warmup import Retune, bounded_warmup
+from .warmup import bounded_warmup
 
 __all__ = ["COLLAPSED_MAX_DIM", "COLLAPSED_MIN_COUNT", "COLLAPSED_MIN_DIM", "DENSE_MAX_DIM",
            "NORMAL_MIN_VARIANCE", "NUTS_FIELDS", "PINNED_SHARE", "choose_path", "collapsed_fit",
@@ -467,7 +467,7 @@ def run_nuts(
         chosen = choose_metric(
             metric, sampled, (), {"y": y}, collapsed_gibbs_values(sampled),
             init_to_interior(values=centre, radius=0.0), k_metric, num_chains, radius,
-            dense_mass, num_warmup)
+            dense_mass)
         kernel = collapsed_kernel(
             sampled, y=y, init_strategy=init_to_interior(values=centre, radius=radius),
             target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth,
@@ -479,8 +479,7 @@ def run_nuts(
                     chain_method=chain_method_for(
                         "sequential" if method == "vectorized" else method, num_chains,
                         progress_bar))
-        _sample(mcmc, rng_key, (), {"y": y}, fields, init_params, deadline, warmup_callback,
-                chosen.retune)
+        _sample(mcmc, rng_key, (), {"y": y}, fields, init_params, deadline, warmup_callback)
         mcmc.metric, mcmc.laplace = chosen.name, chosen.found
     elif path != "exact":
         sampled = model
@@ -560,24 +559,20 @@ MIN_FIRST_DRAWS = 4
 
 def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
             fields: tuple, init_params: Any, deadline: float | None,
-            warmup_callback: Callable | None, retune: Retune | None = None) -> None:
+            warmup_callback: Callable | None) -> None:
     """``mcmc.run``; with a ``deadline``, warm-up bounded by :func:`~.warmup.bounded_warmup`
     to :data:`WARMUP_SHARE` of the time left and the first draws cut to fit the rest, at the
     pace of warm-up's last steps and after a compilation as long as warm-up's."""
     mcmc.warmup_steps = (mcmc.num_warmup,) * mcmc.num_chains
-    if (deadline is None and retune is None) or mcmc.num_warmup == 0:
+    if deadline is None or mcmc.num_warmup == 0:
         mcmc.run(rng_key, *model_args, extra_fields=fields, init_params=init_params,
                  **model_kwargs)
         return
     k_warm, k_run = jax.random.split(rng_key)
     start = time.perf_counter()
     warm = bounded_warmup(mcmc, k_warm, model_args, model_kwargs,
-                          deadline=(float("inf") if deadline is None
-                                    else start + WARMUP_SHARE * (deadline - start)),
-                          init_params=init_params, callback=warmup_callback, retune=retune)
-    if deadline is None:
-        mcmc.run(k_run, *model_args, extra_fields=fields, **model_kwargs)
-        return
+                          deadline=start + WARMUP_SHARE * (deadline - start),
+                          init_params=init_params, callback=warmup_callback)
     steps = mcmc.warmup_steps = warm.steps
     if min(steps) < mcmc.num_warmup:
         warnings.warn(
@@ -652,7 +647,7 @@ def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: t
     chosen = choose_metric(metric, collapse(model, plan), model_args, model_kwargs,
                            collapse_gibbs_values(plan),
                            init_to_interior(values=values, radius=0.0), k_metric, num_chains,
-                           radius, dense_mass, num_warmup)
+                           radius, dense_mass)
     kernel = collapse_kernel(
         model, plan, model_args, model_kwargs,
         init_strategy=init_to_interior(values=values, radius=radius),
@@ -665,7 +660,7 @@ def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: t
                 progress_bar=progress_bar, progress_rate=1)
     init_params = {**collapse_start(plan, num_chains), **(chosen.starts or {})}
     _sample(mcmc, rng_key, model_args, model_kwargs, fields, init_params or None, deadline,
-            warmup_callback, chosen.retune)
+            warmup_callback)
     mcmc.path, mcmc.path_reason, mcmc.model = "collapsed", reason, model
     mcmc.metric, mcmc.laplace = chosen.name, chosen.found
     mcmc.batches, mcmc.fields, mcmc.collapse_plan = 0, fields, plan

@@ -34,35 +34,14 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 from numpyro.infer import MCMC
 from numpyro.infer.hmc import HMCState
 
-__all__ = ["WARMUP_CHUNK", "Retune", "Warmup", "bounded_warmup", "nuts_state", "with_nuts_state"]
+__all__ = ["WARMUP_CHUNK", "Warmup", "bounded_warmup"]
 
 #: The most kernel steps per compiled call of :func:`bounded_warmup` (fewer where the time
 #: left at the last step's pace holds fewer; the first call makes one).
 WARMUP_CHUNK = 25
-
-
-class Retune(NamedTuple):
-    """A change of each chain's state in warm-up from the variance of its own draws.
-
-    Attributes
-    ----------
-    position : callable
-        ``state ↦`` the pytree whose variance is tracked (flattened).
-    apply : callable
-        ``(state, variance) ↦`` the new state.
-    start, at : int
-        The draws after steps ``start + 1 … at`` are tracked; ``apply`` runs after step ``at``
-        (not at all in a chain whose warm-up ends first).
-    """
-
-    position: Callable[[Any], Any]
-    apply: Callable[[Any, Any], Any]
-    start: int
-    at: int
 
 
 class Warmup(NamedTuple):
@@ -94,7 +73,6 @@ def bounded_warmup(
     init_params: Any = None,
     chunk: int = WARMUP_CHUNK,
     callback: Callable[[int, int, int, float], None] | None = None,
-    retune: Retune | None = None,
 ) -> Warmup:
     """Warm up every chain of ``mcmc`` until done or ``deadline``; set its post-warm-up state.
 
@@ -114,8 +92,6 @@ def bounded_warmup(
         Kernel steps per compiled call.
     callback : callable, optional
         ``callback(chain, steps_done, num_warmup, seconds_left)`` after every chunk.
-    retune : Retune, optional
-        A change of each chain's state from its draws' variance (the metric's scales).
 
     Returns
     -------
@@ -135,8 +111,7 @@ def bounded_warmup(
                   else jax.tree.map(lambda x, c=c: x[c], init_params))
         state = kernel.init(keys[c], total, params, model_args, model_kwargs)
         if c == 0:
-            step = _chunk_program(kernel, model_args, model_kwargs, chunk, retune)
-        tracked = None if retune is None else _moments(retune.position(state))
+            step = _chunk_program(kernel, model_args, model_kwargs, chunk)
         share = (deadline - time.perf_counter()) / (chains - c)
         stop, steps = time.perf_counter() + share, 0
         while steps < total and (steps == 0 or time.perf_counter() < stop):
@@ -145,10 +120,8 @@ def bounded_warmup(
             left = stop - time.perf_counter()
             fits = 1 if pace is None else chunk if left >= chunk * pace else int(left / pace)
             n = max(1, min(chunk, total - steps, fits))
-            if retune is not None and steps < retune.at:
-                n = min(n, retune.at - steps)  # the change comes after step ``at`` exactly
             began = time.perf_counter()
-            state, tracked = jax.block_until_ready(step(state, n, steps, tracked))
+            state = jax.block_until_ready(step(state, n))
             seconds = time.perf_counter() - began
             if first is None:  # it compiled: the chains share what is left after it
                 first = seconds
@@ -157,9 +130,6 @@ def bounded_warmup(
                 paces.append(seconds / n)
             pace = seconds / n
             steps += n
-            if retune is not None and steps == retune.at and steps < total:
-                _, m2, count = tracked
-                state = retune.apply(state, m2 / jnp.maximum(count - 1, 1))
             if callback is not None:
                 callback(c, steps, total, deadline - time.perf_counter())
         states.append(state if steps == total else _settled(state))
@@ -170,61 +140,40 @@ def bounded_warmup(
     return Warmup(tuple(done), pace, max(first - median, 0.0))
 
 
-def nuts_state(state: Any) -> Any:
+def _nuts_state(state: Any) -> Any:
     """NUTS's :class:`~numpyro.infer.hmc.HMCState` in ``state``: itself, or the last block of a
     Gibbs kernel's state (``None`` where there is none)."""
     if isinstance(state, HMCState):
         return state
     blocks = getattr(state, "block_states", None)
-    return None if not blocks else nuts_state(blocks[-1])
+    return None if not blocks else _nuts_state(blocks[-1])
 
 
-def with_nuts_state(state: Any, nuts: Any) -> Any:
-    """``state`` with NUTS's state (:func:`nuts_state`) replaced by ``nuts``."""
+def _with_nuts_state(state: Any, nuts: Any) -> Any:
+    """``state`` with NUTS's state (:func:`_nuts_state`) replaced by ``nuts``."""
     if isinstance(state, HMCState):
         return nuts
     blocks = state.block_states
-    return state._replace(block_states=blocks[:-1] + (with_nuts_state(blocks[-1], nuts),))
+    return state._replace(block_states=blocks[:-1] + (_with_nuts_state(blocks[-1], nuts),))
 
 
 def _settled(state: Any) -> Any:
     """A cut warm-up's state with NUTS's step size at its dual-averaging mean."""
-    nuts = nuts_state(state)
+    nuts = _nuts_state(state)
     if nuts is None or nuts.adapt_state is None:
         return state
     adapt = nuts.adapt_state
     averaged = jnp.exp(adapt.ss_state[1])  # DAState: (x, x_avg, g_avg, t, prox_center)
     size = jnp.where(adapt.ss_state[3] > 0, averaged, adapt.step_size)
-    return with_nuts_state(state, nuts._replace(adapt_state=adapt._replace(step_size=size)))
+    return _with_nuts_state(state, nuts._replace(adapt_state=adapt._replace(step_size=size)))
 
 
-def _moments(tree: Any) -> tuple:
-    """Welford's running ``(mean, M2, count)`` of a flattened pytree, empty."""
-    flat, _ = ravel_pytree(tree)
-    return jnp.zeros_like(flat), jnp.zeros_like(flat), jnp.zeros((), flat.dtype)
-
-
-def _chunk_program(kernel: Any, model_args: tuple, model_kwargs: dict, chunk: int,
-                   retune: Retune | None) -> Any:
-    """``(state, n, done, tracked) ↦`` the state after ``n ≤ chunk`` kernel steps and the
-    running moments of ``retune``'s position over the steps after ``retune.start``, compiled
-    once."""
-
-    def body(i: Any, carry: tuple, done: Any) -> tuple:
-        state, tracked = carry
-        state = kernel.sample(state, model_args, model_kwargs)
-        if retune is None:
-            return state, tracked
-        mean, m2, count = tracked
-        take = (done + i + 1 > retune.start) & (done + i + 1 <= retune.at)
-        x, _ = ravel_pytree(retune.position(state))
-        count = count + take
-        delta = jnp.where(take, x - mean, 0.0)
-        mean = mean + delta / jnp.maximum(count, 1)
-        return state, (mean, m2 + delta * (x - mean), count)
+def _chunk_program(kernel: Any, model_args: tuple, model_kwargs: dict, chunk: int) -> Any:
+    """``(state, n) ↦`` the state after ``n ≤ chunk`` kernel steps, compiled once."""
 
     @jax.jit
-    def step(state: Any, n: Any, done: Any, tracked: Any) -> Any:
-        return jax.lax.fori_loop(0, n, lambda i, c: body(i, c, done), (state, tracked))
+    def step(state: Any, n: Any) -> Any:
+        return jax.lax.fori_loop(0, n, lambda i, s: kernel.sample(s, model_args, model_kwargs),
+                                 state)
 
     return step
