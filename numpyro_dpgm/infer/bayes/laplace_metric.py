@@ -3,23 +3,27 @@ r"""A start and a metric for NUTS from the posterior's mode and curvature (Lapla
 On a large Laplace release the collapsed path's target in ``φ`` is smooth but badly conditioned:
 on Adult's 842-cell tree (631 parameters, ε = 1) the Hessian of the potential at its mode has
 condition number 4·10⁵ in the preconditioned coordinates and still 3·10³ once its diagonal is
-scaled away, so NUTS with a diagonal mass matrix adapted in warm-up ran at step size 0.011 and
-~670 leapfrog steps a draw and did not mix. The correlations are what a diagonal metric cannot
-absorb; the curvature at the mode can. With the metric
+scaled away (by hand), so NUTS with a diagonal mass matrix adapted in warm-up ran at step size
+0.011 and ~670 leapfrog steps a draw and did not mix. The correlations are what a diagonal
+metric cannot absorb; the curvature at the mode can. With the metric
 
 .. math::
 
-    M^{-1} = H^{-1},\qquad H = ∇^2 U(\hat z),\quad \hat z = \arg\min_z U(z),              \tag{1}
+    M^{-1} = H^{-1},\qquad H = ∇^2 U(\hat z),\quad \hat z = \arg\min_z U(z),            \tag{1}
 
 (``U`` the potential energy in NumPyro's unconstrained space, the Gibbs sites held fixed), the
-same target ran at step size 0.18 with 31 leapfrog steps a draw.
+same release ran at step size 0.18 with 38 leapfrog steps a draw (``python -m benchmarks
+collapsed --model user --edges mid --records 0 --time-limit 600``). Where the posterior is
+skewed the curvature understates the spread (the draws' standard deviation was 0.8–3.4 times
+the approximation's, the most on log odds of nearly empty cells, by hand); rescaling the
+metric's variances to warm-up's draws after 100 steps was tried and mixed worse there.
 
 :func:`laplace_metric` finds ``ẑ`` by L-BFGS (SciPy, on the host, with the compiled value and
 gradient of ``U``) and ``H`` by central differences of the gradient, one coordinate at a time
 (631 gradients of 5 ms; a forward-over-reverse Hessian compiled for 39 s and ran for 48 s
-there). :func:`block_potential` builds ``U`` for the latent sites of a model that NUTS moves,
-with other sites (the Gibbs blocks) held at given values; :func:`laplace_starts` draws each
-chain's start from ``N(ẑ, H⁻¹)``.
+there, by hand). :func:`block_potential` builds ``U`` for the latent sites of a model that NUTS
+moves, with other sites (the Gibbs blocks) held at given values; :func:`laplace_starts` draws
+each chain's start from ``N(ẑ, H⁻¹)``; :func:`choose_metric` settles NUTS's options.
 
 >>> import jax, numpyro, numpyro.distributions as dist
 >>> numpyro.enable_x64()
