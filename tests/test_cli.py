@@ -653,6 +653,7 @@ def test_nuts_says_its_path_and_shows_progress_when_not_a_terminal(tmp_path, mon
     assert re.search(r"worst R-hat \d\.\d{3}, smallest bulk ESS \d+", " ".join(output.split()))
     options = json.loads(post.read_text())["provenance"]["options"]
     assert options["path"] == path and options["max_depth_hits"] >= 0
+    assert options["metric"] == "adapt"  # NumPyro's adaptation: the Laplace metric is collapsed
     assert options["coding"] == "conditional"  # the default on a decomposable network
     _fails(["fit", meas, "--method", "nuts", "--path", "both", "-o", tmp_path / "x.json"],
            "unknown --path 'both'", tmp_path / "x.json")

@@ -309,6 +309,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
                "time_limit": time_limit, "batches": mcmc.batches,
                "chain_method": str(mcmc.chain_method),
                "coding": bayes.coding.name, "path": mcmc.path, "path_reason": reason,
+               "metric": mcmc.metric,
                "relaxation": mcmc.model.relaxation if mcmc.path != "exact" else None,
                "max_rhat": figures.max_r_hat, "min_ess_bulk": figures.min_ess_bulk,
                "max_depth_hits": figures.max_depth_hits, "divergences": figures.divergences}
