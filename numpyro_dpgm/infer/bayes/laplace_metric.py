@@ -60,7 +60,6 @@ Array = Any
 METRICS = ("laplace", "adapt")
 
 
-
 class LaplaceMetric(NamedTuple):
     """The mode and curvature of a potential (1).
 
@@ -124,7 +123,9 @@ def laplace_metric(potential_fn: Callable[[Any], Array], init_params: Any, *,
     began = time.perf_counter()
     flat, unravel = ravel_pytree(init_params)
     value_and_grad = jax.jit(jax.value_and_grad(lambda x: potential_fn(unravel(x))))
-    grad = jax.jit(jax.grad(lambda x: potential_fn(unravel(x))))
+
+    def grad(x: np.ndarray) -> np.ndarray:  # the same compiled program as L-BFGS's
+        return np.asarray(value_and_grad(jnp.asarray(x))[1])
 
     def objective(x: np.ndarray) -> tuple[float, np.ndarray]:
         value, gradient = value_and_grad(jnp.asarray(x))
@@ -143,8 +144,7 @@ def laplace_metric(potential_fn: Callable[[Any], Array], init_params: Any, *,
         up, down = mode.copy(), mode.copy()
         up[i] += h
         down[i] -= h
-        hessian[:, i] = (np.asarray(grad(jnp.asarray(up))) -
-                         np.asarray(grad(jnp.asarray(down)))) / (2 * h)
+        hessian[:, i] = (grad(up) - grad(down)) / (2 * h)
     hessian = 0.5 * (hessian + hessian.T)
     values, vectors = np.linalg.eigh(hessian)
     if not np.all(np.isfinite(values)) or values[0] <= 1e-12 * max(values[-1], 1.0):
