@@ -27,7 +27,7 @@ junction-tree pass against the dense density).
 handler, :mod:`numpyro_dpgm.infer.bayes.collapse`) or ``readme`` (the README's model with a
 prior: ``θ ∼ N(0, 3²)`` per cell of the network's own layout, no preconditioning).
 
-Run ``python -m benchmarks collapsed [--records 226051] [--eps 1] [--chains 2] [--warmup 300]
+Run ``python -m benchmarks collapsed [--records 226051] [--eps 1] [--chains 2] [--warmup STEPS]
 [--draws 300] [--model library] [--time-limit SECONDS]``; with ``--time-limit``, ``run_nuts``
 draws further batches until its convergence rule passes or the time is up; writes
 ``collapsed-cpu.json`` (``--tag``) under ``--out``.
@@ -235,7 +235,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "tables (842 cells)")
     parser.add_argument("--eps", type=float, default=1.0)
     parser.add_argument("--chains", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="warm-up steps per chain (default run_nuts's: 150 with the "
+                             "Laplace metric, 500 where the mass matrix adapts)")
     parser.add_argument("--draws", type=int, default=300)
     parser.add_argument("--dense-mass", action="store_true",
                         help="with --metric adapt: a dense mass matrix adapted in warm-up")

@@ -18,6 +18,7 @@ from numpyro_dpgm.infer.bayes.laplace_metric import (
     laplace_metric,
     laplace_starts,
 )
+from numpyro_dpgm.infer.bayes.nuts import WARMUP_STEPS, WARMUP_STEPS_FIXED_METRIC
 from numpyro_dpgm.measurements import Laplace, Measurement
 from numpyro_dpgm.network import MarkovNetwork
 
@@ -129,3 +130,16 @@ def test_run_nuts_says_which_metric():
         run_nuts(model, jax.random.key(0), exact=True, collapsed=False, metric="laplace",
                  num_warmup=1, num_samples=1, num_chains=1)
 
+
+
+def test_warm_up_defaults_follow_the_metric():
+    """Warm-up that adapts only the step size (the Laplace metric) takes fewer steps by default
+    than NumPyro's windowed adaptation of the mass matrix; a given ``num_warmup`` is kept."""
+    net = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])
+    y = np.array([150.0, 170, 180, 160, 170, 170])
+    model = noisy_marginals_model(net, [Measurement(("a", "b"), y, Laplace(2.0))], 1000)
+    options = dict(collapsed=True, num_samples=2, num_chains=1, check=False)
+    assert run_nuts(model, jax.random.key(0), **options).num_warmup == WARMUP_STEPS_FIXED_METRIC
+    assert (run_nuts(model, jax.random.key(0), metric="adapt", **options).num_warmup
+            == WARMUP_STEPS > WARMUP_STEPS_FIXED_METRIC)
+    assert run_nuts(model, jax.random.key(0), num_warmup=7, **options).num_warmup == 7

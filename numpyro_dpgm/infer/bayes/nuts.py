@@ -73,8 +73,10 @@ from .model import OBSERVED, NoisyMarginalsModel
 from .warmup import bounded_warmup
 
 __all__ = ["COLLAPSED_MAX_DIM", "COLLAPSED_MIN_COUNT", "COLLAPSED_MIN_DIM", "DENSE_MAX_DIM",
-           "NORMAL_MIN_VARIANCE", "NUTS_FIELDS", "PINNED_SHARE", "choose_path", "collapsed_fit",
-           "collapsed_size", "released_noise_variance", "run_nuts", "user_collapse"]
+           "NORMAL_MIN_VARIANCE", "NUTS_FIELDS", "PINNED_SHARE", "WARMUP_SHARE",
+           "WARMUP_SHARE_FIXED_METRIC", "WARMUP_STEPS", "WARMUP_STEPS_FIXED_METRIC", "choose_path",
+           "collapsed_fit", "collapsed_size", "released_noise_variance", "run_nuts",
+           "user_collapse"]
 
 Array = Any
 
@@ -291,7 +293,7 @@ def run_nuts(
     model: NoisyMarginalsModel | Callable[..., Any],
     rng_key: jax.Array,
     *model_args: Any,
-    num_warmup: int = 500,
+    num_warmup: int | None = None,
     num_samples: int = 500,
     num_chains: int = 4,
     init: str | Mapping[str, Array] = "uniform",
@@ -322,7 +324,11 @@ def run_nuts(
     rng_key : JAX PRNG key
     *model_args, **model_kwargs
         Passed to the model (e.g. ``y=`` for a simulated release).
-    num_warmup, num_samples, num_chains : int
+    num_warmup : int, optional
+        Warm-up steps per chain; default :data:`WARMUP_STEPS` where warm-up adapts the mass
+        matrix, :data:`WARMUP_STEPS_FIXED_METRIC` where it adapts only the step size (the
+        Laplace metric, below).
+    num_samples, num_chains : int
     init : "uniform" or mapping site -> value
         Centre of the starting points: uniform tables and ``φ = 0`` (a
         :class:`NoisyMarginalsModel`'s sites); or given constrained values, such as the NLBP-EM
@@ -385,7 +391,8 @@ def run_nuts(
     time_limit : float, optional
         Seconds for the whole run, warm-up included. Warm-up then runs in chunks
         (:func:`~.warmup.bounded_warmup`) and stops, keeping what it has adapted, once it has
-        used :data:`WARMUP_SHARE` of the limit (with a ``ConvergenceWarning``; ``mcmc.warmup_steps``
+        used :data:`WARMUP_SHARE` of the limit (:data:`WARMUP_SHARE_FIXED_METRIC` with the
+        Laplace metric; with a ``ConvergenceWarning``; ``mcmc.warmup_steps``
         says how far each chain got); the first draws are cut to what the time left is
         expected to hold at the pace of warm-up's last steps (those with the adapted step
         size), after a compilation as long as warm-up's, but not below
@@ -474,12 +481,13 @@ def run_nuts(
             **chosen.nuts_options)
         init_params = {**(init_params or {}), **(chosen.starts or {})} or None
         fields = ("diverging",) + NUTS_FIELDS
-        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
+        mcmc = MCMC(kernel, num_warmup=_warmup(num_warmup, chosen), num_samples=num_samples,
                     num_chains=num_chains, progress_bar=progress_bar, progress_rate=1,
                     chain_method=chain_method_for(
                         "sequential" if method == "vectorized" else method, num_chains,
                         progress_bar))
-        _sample(mcmc, rng_key, (), {"y": y}, fields, init_params, deadline, warmup_callback)
+        _sample(mcmc, rng_key, (), {"y": y}, fields, init_params, deadline, warmup_callback,
+                _share(chosen))
         mcmc.metric, mcmc.laplace = chosen.name, chosen.found
     elif path != "exact":
         sampled = model
@@ -491,7 +499,7 @@ def run_nuts(
                       target_accept_prob=target_accept_prob, dense_mass=bool(dense_mass),
                       max_tree_depth=max_tree_depth)
         fields = NUTS_FIELDS
-        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
+        mcmc = MCMC(kernel, num_warmup=_warmup(num_warmup, None), num_samples=num_samples,
                     num_chains=num_chains, progress_bar=progress_bar, progress_rate=1,
                     chain_method=chain_method_for(method, num_chains, progress_bar))
         _sample(mcmc, rng_key, model_args, model_kwargs, fields, None, deadline,
@@ -513,7 +521,7 @@ def run_nuts(
         fields = ("diverging",) + (NUTS_FIELDS if sampled.theta is None else ())
         if method == "vectorized" and sampled.theta is None:
             method = "sequential"
-        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples,
+        mcmc = MCMC(kernel, num_warmup=_warmup(num_warmup, None), num_samples=num_samples,
                     num_chains=num_chains, progress_bar=progress_bar, progress_rate=1,
                     chain_method=chain_method_for(method, num_chains, progress_bar))
         _sample(mcmc, rng_key, model_args, model_kwargs, fields, {"n": n0}, deadline,
@@ -549,8 +557,35 @@ def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: fl
     return mcmc
 
 
+#: Warm-up steps per chain by default where warm-up adapts the mass matrix (NumPyro's windows).
+WARMUP_STEPS = 500
+
+#: Warm-up steps per chain by default where the metric is given (the Laplace metric of the
+#: collapsed path) and warm-up adapts the step size only: on Adult's 842-cell tree a warm-up
+#: of 150 steps mixed better within ten minutes than one of 500 cut by the time limit
+#: (``benchmarks/results/collapsed-limit-user-mid-laplace-warmup150-cpu.json``).
+WARMUP_STEPS_FIXED_METRIC = 150
+
 #: The share of ``time_limit`` that warm-up may use at most (the rest is for draws).
 WARMUP_SHARE = 0.5
+
+#: The same where warm-up adapts the step size only.
+WARMUP_SHARE_FIXED_METRIC = 0.25
+
+
+def _warmup(num_warmup: int | None, chosen: Any) -> int:
+    """``num_warmup``, or its default for the metric ``chosen`` (a
+    :class:`~.laplace_metric.ChosenMetric`, ``None`` where the mass matrix adapts)."""
+    if num_warmup is not None:
+        return int(num_warmup)
+    fixed = chosen is not None and chosen.name == "laplace"
+    return WARMUP_STEPS_FIXED_METRIC if fixed else WARMUP_STEPS
+
+
+def _share(chosen: Any) -> float:
+    """:data:`WARMUP_SHARE`, or :data:`WARMUP_SHARE_FIXED_METRIC` for the Laplace metric."""
+    return WARMUP_SHARE_FIXED_METRIC if chosen.name == "laplace" else WARMUP_SHARE
+
 
 #: The fewest first draws per chain when ``time_limit`` cuts them (the fewest a split R-hat
 #: is computed from); a run whose draws cost more than the limit leaves may overrun it by these.
@@ -559,9 +594,9 @@ MIN_FIRST_DRAWS = 4
 
 def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
             fields: tuple, init_params: Any, deadline: float | None,
-            warmup_callback: Callable | None) -> None:
+            warmup_callback: Callable | None, share: float = WARMUP_SHARE) -> None:
     """``mcmc.run``; with a ``deadline``, warm-up bounded by :func:`~.warmup.bounded_warmup`
-    to :data:`WARMUP_SHARE` of the time left and the first draws cut to fit the rest, at the
+    to ``share`` of the time left and the first draws cut to fit the rest, at the
     pace of warm-up's last steps and after a compilation as long as warm-up's."""
     mcmc.warmup_steps = (mcmc.num_warmup,) * mcmc.num_chains
     if deadline is None or mcmc.num_warmup == 0:
@@ -571,13 +606,13 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
     k_warm, k_run = jax.random.split(rng_key)
     start = time.perf_counter()
     warm = bounded_warmup(mcmc, k_warm, model_args, model_kwargs,
-                          deadline=start + WARMUP_SHARE * (deadline - start),
+                          deadline=start + share * (deadline - start),
                           init_params=init_params, callback=warmup_callback)
     steps = mcmc.warmup_steps = warm.steps
     if min(steps) < mcmc.num_warmup:
         warnings.warn(
             f"run_nuts: warm-up stopped after {min(steps)} of {mcmc.num_warmup} steps in some "
-            f"chain, to keep within time_limit ({WARMUP_SHARE:.0%} of it is for warm-up); the "
+            f"chain, to keep within time_limit ({share:.0%} of it is for warm-up); the "
             "step size and mass matrix are those adapted so far. Remedy: a longer time_limit, "
             "or fewer warm-up steps", ConvergenceWarning, stacklevel=5)
     # a draw costs what a step at the end of warm-up cost (the adapted step size: early
@@ -654,13 +689,14 @@ def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: t
         target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth,
         **chosen.nuts_options)
     fields = ("diverging",) + NUTS_FIELDS
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+    mcmc = MCMC(kernel, num_warmup=_warmup(num_warmup, chosen), num_samples=num_samples,
+                num_chains=num_chains,
                 chain_method=chain_method_for(
                     "sequential" if method == "vectorized" else method, num_chains, progress_bar),
                 progress_bar=progress_bar, progress_rate=1)
     init_params = {**collapse_start(plan, num_chains), **(chosen.starts or {})}
     _sample(mcmc, rng_key, model_args, model_kwargs, fields, init_params or None, deadline,
-            warmup_callback)
+            warmup_callback, _share(chosen))
     mcmc.path, mcmc.path_reason, mcmc.model = "collapsed", reason, model
     mcmc.metric, mcmc.laplace = chosen.name, chosen.found
     mcmc.batches, mcmc.fields, mcmc.collapse_plan = 0, fields, plan
@@ -683,7 +719,8 @@ def _run_user_exact(model: Callable[..., Any], rng_key: Array, model_args: tuple
         kernel, fields = CGMGibbs(inner, moves=gibbs_moves), ("diverging",) + NUTS_FIELDS
     else:
         kernel, fields = RecordMoves(model, moves=gibbs_moves), ("diverging",)
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+    mcmc = MCMC(kernel, num_warmup=_warmup(num_warmup, None), num_samples=num_samples,
+                num_chains=num_chains,
                 chain_method=chain_method_for(
                     "sequential" if method == "vectorized" else method, num_chains, progress_bar),
                 progress_bar=progress_bar, progress_rate=1)
