@@ -632,6 +632,9 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
             "or fewer warm-up steps", ConvergenceWarning, stacklevel=5)
     began = time.perf_counter()
     mcmc.run(k_run, *model_args, extra_fields=fields, **model_kwargs)
+    # JAX dispatches asynchronously: ``run`` can return before its draws exist, and a forecast
+    # from that time started a further batch that overran time_limit by minutes
+    jax.block_until_ready(mcmc.last_state)
     mcmc.draws_seconds = time.perf_counter() - began
 
 
