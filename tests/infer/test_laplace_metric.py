@@ -3,6 +3,8 @@
 linear-Gaussian model (mode and inverse Hessian = posterior mean and covariance), a constrained
 site (the Jacobian of the unconstrained space), a site held fixed, and a flat direction."""
 
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -120,8 +122,10 @@ def test_run_nuts_says_which_metric():
     ms = [Measurement(("a", "b"), y, Laplace(2.0))]
     model = noisy_marginals_model(net, ms, 1000)
     options = dict(collapsed=True, num_warmup=10, num_samples=10, num_chains=1, check=False)
+    began = time.perf_counter()
     mcmc = run_nuts(model, jax.random.key(0), **options)
     assert mcmc.metric == "laplace" and mcmc.laplace.converged
+    assert 0 < mcmc.laplace.seconds < time.perf_counter() - began  # set-up counted, once
     used = mcmc.last_state.adapt_state.inverse_mass_matrix  # kept through warm-up
     np.testing.assert_allclose(next(iter(used.values())), mcmc.laplace.inverse_mass_matrix)
     mcmc = run_nuts(model, jax.random.key(0), metric="adapt", **options)
