@@ -561,9 +561,11 @@ def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: fl
 WARMUP_STEPS = 500
 
 #: Warm-up steps per chain by default where the metric is given (the Laplace metric of the
-#: collapsed path) and warm-up adapts the step size only: on Adult's 842-cell tree a warm-up
-#: of 150 steps mixed better within ten minutes than one of 500 cut by the time limit
-#: (``benchmarks/results/collapsed-limit-user-mid-laplace-warmup150-cpu.json``).
+#: collapsed path) and warm-up adapts the step size only: on Adult's 842-cell tree with
+#: ``time_limit=600`` this default (and a quarter of the limit for warm-up) ended at 598 s with
+#: worst R-hat 1.046 and smallest bulk ESS 92, where 500 steps cut at half the limit gave
+#: 1.71 and 3.5 (``benchmarks/results/collapsed-limit-user-mid-blocked-cpu.json``,
+#: ``…-mid-laplace-settled-cpu.json``).
 WARMUP_STEPS_FIXED_METRIC = 150
 
 #: The share of ``time_limit`` that warm-up may use at most (the rest is for draws).
