@@ -11,7 +11,8 @@ and :mod:`.extend` draws further batches until a run has converged;
 :mod:`.labels` names the cells of a network's flat layout. A model of your own with exact CGM
 sites runs :class:`.count_gibbs.CGMGibbs` (record moves within Gibbs, sites found by
 :mod:`.count_sites`), or on large releases the :class:`.collapse.collapse` handler (the tables
-integrated out of the update of the model's own parameters, :mod:`.collapsed`).
+integrated out of the update of the model's own parameters, :mod:`.collapsed`);
+:mod:`.laplace` is the fast approximate path, a Laplace approximation of that collapsed posterior.
 """
 
 from .checks import ConvergenceWarning
@@ -23,6 +24,7 @@ from .count_sites import CountSiteError, count_layout
 from .gibbs import exact_gibbs_fn, exact_kernel
 from .initialization import init_to_interior
 from .labels import cell_labels
+from .laplace import LaplaceFit, run_laplace
 from .model import NoisyMarginalsModel, noisy_marginals_model
 from .nuts import run_nuts
 from .relax import relax
@@ -31,6 +33,7 @@ from .svi import SVIFit, run_svi
 __all__ = [
     "CGMGibbs",
     "CountSiteError",
+    "LaplaceFit",
     "RecordMoves",
     "count_layout",
     "ConditionalCoding",
@@ -49,6 +52,7 @@ __all__ = [
     "noisy_marginals_model",
     "reference_coding",
     "relax",
+    "run_laplace",
     "run_nuts",
     "run_svi",
 ]
