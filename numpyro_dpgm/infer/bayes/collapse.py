@@ -62,21 +62,52 @@ from numpyro.primitives import Messenger
 from ...distributions.normal_cgm import normal_tables, normal_tables_plan, tree_conditionals
 from .collapsed_tree import (
     ReleaseTree,
+    TreeFunctions,
     TreeReleaseNormal,
     release_tree,
-    tree_conditional_coordinates,
+    tree_functions,
 )
 from .count_sites import CountSiteError, count_layout, inner_distribution
 from .gibbs import ExactState
 from .laplace_mixture import noise_variances
 
-__all__ = ["CollapsePlan", "CollapsedSite", "collapse", "collapse_kernel", "collapse_plan",
-           "collapse_start", "gibbs_values"]
+__all__ = ["CollapsePlan", "CollapsedSite", "SiteFunctions", "collapse", "collapse_kernel",
+           "collapse_plan", "collapse_start", "gibbs_values", "site_functions"]
 
 Array = Any
 
 #: Family codes of :data:`~.count_sites.NOISE_FAMILIES` the collapsed path reads: Laplace, normal.
 _LAPLACE, _NORMAL = 0, 1
+
+
+class SiteFunctions(NamedTuple):
+    """A count site's computations of (1), compiled (:func:`site_functions`).
+
+    Attributes
+    ----------
+    conditionals : callable
+        ``conditionals(θ, normalized)``: the normal relaxation's ``(μ_S, p(r | s))`` per block.
+    tree : TreeFunctions
+        The release tree's passes (:func:`~.collapsed_tree.tree_functions`).
+    tables : callable
+        ``tables(conditionals, z)``: the tables at the relaxation's coordinates ``z``.
+    """
+
+    conditionals: Callable
+    tree: TreeFunctions
+    tables: Callable
+
+
+def site_functions(tree: ReleaseTree, total: float) -> SiteFunctions:
+    """:class:`SiteFunctions` of a count site with release tree ``tree`` and ``N = total``,
+    each one compiled program (NumPyro's set-up runs a model op by op outside a compiled
+    program; see :func:`~.collapsed_tree.tree_functions`)."""
+    plan = tree.plan
+    return SiteFunctions(
+        jax.jit(lambda theta, normalized: tree_conditionals(plan, theta, normalized),
+                static_argnums=1),
+        tree_functions(tree, total),
+        jax.jit(lambda conds, z: normal_tables(plan, conds, total, z)))
 
 
 class CollapsedSite(NamedTuple):
@@ -97,6 +128,9 @@ class CollapsedSite(NamedTuple):
         The noise's ``b`` (Laplace) or ``σ`` (normal).
     laplace : ndarray of int
         Indices of the Laplace answers (those with a ``v``).
+    functions : SiteFunctions
+        The site's passes, each one compiled program, shared by every handler and kernel built
+        from the plan.
     """
 
     name: str
@@ -106,6 +140,7 @@ class CollapsedSite(NamedTuple):
     read: np.ndarray
     scale: np.ndarray
     laplace: np.ndarray
+    functions: SiteFunctions
 
     @property
     def dim(self) -> int:
@@ -199,9 +234,10 @@ def collapse_plan(model: Callable[..., Any], model_args: tuple = (),
             tree = release_tree(plan, lambda n, read=read: jnp.asarray(read) @ n)
         except ValueError as e:
             raise CountSiteError(f"count site {cs.name!r}: {e}") from None
-        sites.append(CollapsedSite(cs.name, tree, float(cs.totals), y[answers] - c[answers],
-                                   read, scale[answers],
-                                   np.flatnonzero(families[answers] == _LAPLACE)))
+        total = float(cs.totals)
+        sites.append(CollapsedSite(cs.name, tree, total, y[answers] - c[answers], read,
+                                   scale[answers], np.flatnonzero(families[answers] == _LAPLACE),
+                                   site_functions(tree, total)))
     return CollapsePlan(tuple(sites), tuple(s.name for s in layout.noise))
 
 
@@ -212,19 +248,19 @@ def _variances(site: CollapsedSite, v: Array | None) -> Array:
 
 def _collapsed_tables(site: CollapsedSite, fn: Any) -> Array:
     """The sites of (1) for one count site with CGM ``fn``; returns ``n``."""
-    plan = site.tree.plan
-    conds = tree_conditionals(plan, fn.theta, normalized=fn.normalized)
+    plan, fns = site.tree.plan, site.functions
+    conds = fns.conditionals(fn.theta, bool(fn.normalized))
     v = None
     if site.laplace.size:
         b = jnp.asarray(site.scale[site.laplace])
         v = numpyro.sample(f"{site.name}_v", dist.Exponential(0.5 / b**2).to_event(1))
     xi = numpyro.sample(f"{site.name}_xi", dist.Normal(0.0, 1.0).expand([plan.dim]).to_event(1))
-    release = TreeReleaseNormal(site.tree, conds, site.total, _variances(site, v))
+    release = TreeReleaseNormal(site.tree, conds, site.total, _variances(site, v),
+                                functions=fns.tree)
     observed = jnp.asarray(site.observed)
     numpyro.sample(f"{site.name}_release", release, obs=observed)
-    z = tree_conditional_coordinates(site.tree, conds, site.total, observed - release.loc,
-                                     release.cov_diag, xi)
-    return normal_tables(plan, conds, site.total, z)
+    z = fns.tree.coordinates(conds, observed - release.loc, release.cov_diag, xi)
+    return fns.tables(conds, z)
 
 
 class collapse(Messenger):

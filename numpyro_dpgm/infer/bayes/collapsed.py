@@ -67,9 +67,10 @@ from numpyro.infer import NUTS, CustomGibbs, Gibbs
 from ...distributions.normal_cgm import logit_conditionals, normal_tables
 from ...oracles import junction_tree as jt
 from .collapsed_tree import (
+    TreeFunctions,
     TreeReleaseNormal,
     release_tree,
-    tree_conditional_coordinates,
+    tree_functions,
 )
 from .conditional import ConditionalCoding
 from .gibbs import ExactState
@@ -170,18 +171,23 @@ class CollapsedModel:
         """The answers' law (:class:`~.collapsed_tree.TreeReleaseNormal`) at ``φ`` and noise
         variances ``v``, the tables integrated out."""
         return TreeReleaseNormal(self.tree, self._conditionals(phi),
-                                 float(self.base.total_count), variance)
+                                 float(self.base.total_count), variance,
+                                 functions=self._passes)
 
     def conditional_tables(self, release: TreeReleaseNormal, y: Array, xi: Array) -> Array:
         """``n`` drawn from its conditional given ``(θ, v, y)`` at standard normal ``ξ``."""
-        z = tree_conditional_coordinates(self.tree, release.conditionals, release.total,
-                                         y - release.loc, release.cov_diag, xi)
+        z = self._passes.coordinates(release.conditionals, y - release.loc, release.cov_diag,
+                                     xi)
         return self._tables(release.conditionals, z)
 
     @functools.cached_property
     def _conditionals(self) -> Any:
         # jitted: outside a jit (a Gibbs kernel's init) one program instead of op by op
         return jax.jit(self.conditionals)
+
+    @functools.cached_property
+    def _passes(self) -> TreeFunctions:
+        return tree_functions(self.tree, float(self.base.total_count))
 
     @functools.cached_property
     def _tables(self) -> Any:

@@ -57,8 +57,9 @@ from numpyro.distributions import constraints
 
 from ...distributions.normal_cgm import NormalTablesPlan, rows_to_network
 
-__all__ = ["ReleaseTree", "TreeBlock", "TreeReleaseNormal", "release_tree", "tree_answers",
-           "tree_conditional_coordinates", "tree_log_likelihood"]
+__all__ = ["ReleaseTree", "TreeBlock", "TreeFunctions", "TreeReleaseNormal", "release_tree",
+           "tree_answers", "tree_conditional_coordinates", "tree_functions",
+           "tree_log_likelihood"]
 
 Array = Any
 
@@ -398,6 +399,41 @@ def tree_answers(tree: ReleaseTree, conditionals: list, total: Array,
     return out
 
 
+class TreeFunctions(NamedTuple):
+    """One tree's passes at a fixed ``N`` (:func:`tree_functions`).
+
+    Attributes
+    ----------
+    answers : callable
+        ``answers(conditionals)``: :func:`tree_answers` at the tables' mean.
+    log_likelihood : callable
+        ``log_likelihood(conditionals, residual, variance)``: :func:`tree_log_likelihood`.
+    coordinates : callable
+        ``coordinates(conditionals, residual, variance, xi)``:
+        :func:`tree_conditional_coordinates`.
+    """
+
+    answers: Callable
+    log_likelihood: Callable
+    coordinates: Callable
+
+
+def tree_functions(tree: ReleaseTree, total: float, compiled: bool = True) -> TreeFunctions:
+    """The passes of ``tree`` at ``N = total``, each one compiled program (``compiled=False``:
+    plain functions).
+
+    Inside a compiled program (a sampler's step) the two are the same; outside one, NumPyro's
+    set-up (``initialize_model``, a kernel's ``init``) evaluates a model and its gradient op by
+    op, and each of the passes' thousands of small operations is compiled on its own: on Adult's
+    842-cell tree that set-up took 50–100 s, where a compiled pass is compiled once.
+    """
+    fns = TreeFunctions(
+        lambda conds: tree_answers(tree, conds, total),
+        lambda conds, r, v: tree_log_likelihood(tree, conds, total, r, v),
+        lambda conds, r, v, xi: tree_conditional_coordinates(tree, conds, total, r, v, xi))
+    return TreeFunctions(*map(jax.jit, fns)) if compiled else fns
+
+
 class TreeReleaseNormal(dist.Distribution):
     """The answers' law given ``(θ, v)`` with the tables integrated out:
     ``N(Q Nμ, Q NΣ Qᵀ + diag v)``, its density by the upward pass (2)–(3).
@@ -411,6 +447,9 @@ class TreeReleaseNormal(dist.Distribution):
         ``N``.
     cov_diag : array ``(answers,)``
         The noise variances ``v``.
+    functions : TreeFunctions, optional
+        The tree's passes at ``total`` (:func:`tree_functions`: compiled, which spares NumPyro's
+        set-up compiling them op by op); default plain ones.
     """
 
     arg_constraints = {"loc": constraints.real_vector, "cov_diag": constraints.positive}
@@ -418,9 +457,11 @@ class TreeReleaseNormal(dist.Distribution):
     reparametrized_params = ["loc", "cov_diag"]
 
     def __init__(self, tree: ReleaseTree, conditionals: list, total: Array, cov_diag: Array, *,
-                 validate_args: bool | None = None):
+                 functions: TreeFunctions | None = None, validate_args: bool | None = None):
         self.tree, self.conditionals, self.total = tree, conditionals, total
-        self.loc = tree_answers(tree, conditionals, total)
+        self.functions = (tree_functions(tree, total, compiled=False) if functions is None
+                          else functions)
+        self.loc = self.functions.answers(conditionals)
         self.cov_diag = jnp.broadcast_to(cov_diag, self.loc.shape)
         super().__init__(batch_shape=(), event_shape=self.loc.shape,
                          validate_args=validate_args)
@@ -435,8 +476,7 @@ class TreeReleaseNormal(dist.Distribution):
         return answers + e * jnp.sqrt(self.cov_diag)
 
     def log_prob(self, value: Array) -> Array:
-        return tree_log_likelihood(self.tree, self.conditionals, self.total, value - self.loc,
-                                   self.cov_diag)
+        return self.functions.log_likelihood(self.conditionals, value - self.loc, self.cov_diag)
 
     @property
     def mean(self) -> Array:
