@@ -25,6 +25,7 @@ from numpyro.infer import MCMC, Predictive
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
 from .bayes import (
+    LaplaceFit,
     NoisyMarginalsModel,
     SVIFit,
     cell_labels,
@@ -181,7 +182,7 @@ def posterior_predictive(
 
 
 def to_inference_data(
-    posterior: MCMC | SVIFit,
+    posterior: MCMC | SVIFit | LaplaceFit,
     model: NoisyMarginalsModel | MarkovNetwork,
     *,
     predictive: bool | None = None,
@@ -189,17 +190,19 @@ def to_inference_data(
     rng_key: jax.Array | None = None,
     log_likelihood: bool = False,
 ) -> Any:
-    """ArviZ ``DataTree`` of a NUTS run (or an SVI fit) with meaningful dims and coords.
+    """ArviZ ``DataTree`` of a NUTS run (or an SVI fit or a Laplace approximation) with
+    meaningful dims and coords.
 
     Parameters
     ----------
-    posterior : numpyro.infer.MCMC or SVIFit
-        A finished MCMC run, or :func:`~numpyro_dpgm.infer.bayes.run_svi`'s output (its draws
-        become one chain).
+    posterior : numpyro.infer.MCMC, SVIFit or LaplaceFit
+        A finished MCMC run, or the output of :func:`~numpyro_dpgm.infer.bayes.run_svi` or
+        :func:`~numpyro_dpgm.infer.bayes.laplace.run_laplace` (their draws become one chain).
     model : NoisyMarginalsModel or MarkovNetwork
         The model that was run, or the network of a model of your own. With the model, the tree
         is assembled here (observed data, sample stats, predictive groups, pointwise log
-        likelihood per answer); with a network, :func:`arviz.from_numpyro` does it and only the
+        likelihood per answer); with a network, :func:`arviz.from_numpyro` does it (for a fit
+        or an approximation, :func:`arviz.from_dict` of its draws) and only the
         ``cell`` dims (sites ``n``/``theta``/``mu`` whose last axis has ``num_params``
         entries) and ``param`` dims (``phi``) are added. (``from_numpyro`` traces the model
         once with a prior draw of every latent site, which for a CGM site draws ``N`` records.)
@@ -227,9 +230,9 @@ def to_inference_data(
     """
     rng_key = jax.random.key(0) if rng_key is None else rng_key
     k_pred, k_prior = jax.random.split(rng_key)
-    if not isinstance(posterior, MCMC | SVIFit):
-        raise TypeError(
-            f"posterior must be a numpyro MCMC run or an SVIFit, got {type(posterior).__name__}")
+    if not isinstance(posterior, MCMC | SVIFit | LaplaceFit):
+        raise TypeError("posterior must be a numpyro MCMC run, an SVIFit or a LaplaceFit, got "
+                        f"{type(posterior).__name__}")
     if not isinstance(model, NoisyMarginalsModel | MarkovNetwork):
         raise TypeError(
             "to_inference_data needs the NoisyMarginalsModel or the MarkovNetwork of the run, "
@@ -255,12 +258,13 @@ def to_inference_data(
     shapes = {k: v.shape[2:] for k, v in by_chain.items()}
 
     if not isinstance(model, NoisyMarginalsModel):
-        if not isinstance(posterior, MCMC):
-            raise TypeError("an SVIFit needs the NoisyMarginalsModel it was fitted with")
         if prior_draws or predictive or log_likelihood:
             raise ValueError("predictive draws, prior draws and the pointwise log likelihood "
                              "need the NoisyMarginalsModel; pass it instead of the network")
         coords, dims = _coords_dims(model, shapes)
+        if not isinstance(posterior, MCMC):
+            return _with_path(az.from_dict({"posterior": by_chain}, coords=coords, dims=dims),
+                              posterior)
         return _with_path(az.from_numpyro(posterior, coords=coords, dims=dims), posterior)
 
     y_obs = np.asarray(kwargs.get("y", model.y) if not args else args[0])

@@ -183,7 +183,7 @@ def test_to_inference_data_from_a_network(demo):
     tree = to_inference_data(run.mcmc, run.model, prior_draws=50, rng_key=jax.random.key(3))
     assert tree["prior"].to_dataset()["n"].dims == ("chain", "draw", "cell")
     assert tree["prior_predictive"].to_dataset()["y"].shape == (1, 50, 12)
-    with pytest.raises(TypeError, match="MCMC run or an SVIFit"):
+    with pytest.raises(TypeError, match="MCMC run, an SVIFit or a LaplaceFit"):
         to_inference_data({"n": np.zeros((3, 4))}, run.model)
     with pytest.raises(TypeError, match="NoisyMarginalsModel or the MarkovNetwork"):
         to_inference_data(run.mcmc, "net")

@@ -111,3 +111,16 @@ def test_errors_say_what_is_wrong():
         run_laplace(no_tables, jax.random.key(0), 1.0)
     with pytest.raises(ValueError, match="num_samples must be at least 2"):
         run_laplace(one_binary, jax.random.key(0), Y1, num_samples=1)
+
+
+def test_arviz_names_the_cells_and_the_path():
+    """``to_inference_data(fit, network)`` of a model of your own: one chain of the fit's draws,
+    the tables' cells as coordinates, the path in the posterior's attributes."""
+    from numpyro_dpgm.infer.diagnostics import to_inference_data
+
+    fit = run_laplace(one_binary, jax.random.key(1), Y1, num_samples=50)
+    tree = to_inference_data(fit, NET1)
+    n = tree["posterior"]["n"]
+    assert n.shape == (1, 50, 2) and "cell" in n.dims
+    assert tree["posterior"].attrs["cgm_path"] == "laplace"
+    np.testing.assert_allclose(n.values[0], np.asarray(fit.samples["n"]))

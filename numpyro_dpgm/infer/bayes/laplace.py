@@ -79,6 +79,8 @@ class LaplaceFit(NamedTuple):
         Seconds, compilation included.
     path, path_reason : str
         ``"laplace"``, and what the draws are (with :data:`MEASURED_COVERAGE`).
+    model_args, model_kwargs : tuple, dict
+        The arguments the model was fitted with (e.g. ``y=``).
     """
 
     samples: dict
@@ -86,6 +88,8 @@ class LaplaceFit(NamedTuple):
     elapsed: float
     path: str
     path_reason: str
+    model_args: tuple = ()
+    model_kwargs: dict | None = None
 
     @property
     def converged(self) -> bool:
@@ -145,7 +149,8 @@ def run_laplace(model: NoisyMarginalsModel | Callable[..., Any], rng_key: jax.Ar
               "the normal distribution at their mode with the inverse Hessian as covariance "
               "(Laplace noise as Gaussian of its variance), the tables from their normal "
               f"relaxation given them; {MEASURED_COVERAGE}")
-    return LaplaceFit(draws, found, time.perf_counter() - start, "laplace", reason)
+    return LaplaceFit(draws, found, time.perf_counter() - start, "laplace", reason,
+                      tuple(model_args), dict(model_kwargs))
 
 
 def _collapsed(model: Any, model_args: tuple, model_kwargs: dict, init: Any) -> tuple:
