@@ -18,7 +18,9 @@ rank-normalised split R-hat and smallest bulk ESS of ``μ``, ``θ`` (cells of th
 rows and all) and ``n``, leapfrog steps per draw, maximum-depth hits, divergences, the coverage of
 the true counts by ``n``'s central 90 % intervals, and the load average before and after.
 ``--gradient`` also times one value and gradient of the collapsed log likelihood (the
-junction-tree pass against the dense density).
+junction-tree pass against the dense density). ``--laplace`` runs the fast approximate path,
+:func:`~numpyro_dpgm.infer.bayes.laplace.run_laplace`, in place of NUTS (its wall time in a
+fresh process and the coverage of the true counts by its intervals).
 
 ``--model`` says which model of the release ``run_nuts`` samples: ``library`` (the above),
 ``user`` (the same model written by hand with the public distributions,
@@ -226,6 +228,30 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     return row
 
 
+def laplace_run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
+    """``run_laplace`` (the fast approximate path) on the same release, in place of NUTS:
+    its wall time (a fresh process: compilation included), the mode's search, and the coverage
+    of the true counts by the central 90 % intervals of its ``n``."""
+    import jax
+
+    from numpyro_dpgm.infer.bayes import run_laplace
+
+    model, margs = sampled(model, args.model)
+    row: dict[str, Any] = {"load_before": load_average()}
+    start, cpu = time.perf_counter(), time.process_time()
+    fit = run_laplace(model, jax.random.key(args.seed + 1), *margs,
+                      num_samples=args.chains * args.draws)
+    n = np.asarray(jax.block_until_ready(fit.samples["n"])).reshape(-1, truth.size)
+    row.update(wall_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu,
+               load_after=load_average(), path=fit.path, path_reason=fit.path_reason,
+               laplace_s=fit.laplace.seconds, laplace_iterations=fit.laplace.iterations,
+               laplace_converged=fit.laplace.converged)
+    lo, hi = np.quantile(n, [0.05, 0.95], axis=0)
+    row["n_coverage_90"] = float(np.mean((lo <= truth) & (truth <= hi)))
+    row["n_mean_abs_error"] = float(np.mean(np.abs(n.mean(0) - truth)))
+    return row
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, default=226_051,
                         help="records drawn from the fitted tree (0: Adult's own 48,842)")
@@ -249,6 +275,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gradient", action="store_true",
                         help="also time one value and gradient (tree pass vs dense)")
     parser.add_argument("--no-run", action="store_true", help="skip the sampler run")
+    parser.add_argument("--laplace", action="store_true",
+                        help="run run_laplace (chains x draws draws of the Laplace "
+                             "approximation) in place of NUTS")
     parser.add_argument("--compile-runs", type=int, choices=(0, 1, 2), default=2,
                         help="runs of 2 + 2 steps before the full run (1: the compilation "
                              "time then includes the process's first traces; 0: none, the "
@@ -280,7 +309,9 @@ def main(args: argparse.Namespace) -> int:
     if args.gradient:
         row.update(gradient_ms(model), load_gradient=load_average())
         write_results(args.out, args.tag, record, record["rows"])  # kept if the run times out
-    if not args.no_run:
+    if args.laplace:
+        row.update(laplace_run(model, truth, args))
+    elif not args.no_run:
         row.update(run(model, truth, args))
     print(json.dumps(row, default=json_default), flush=True)
     paths = write_results(args.out, args.tag, record, record["rows"])
