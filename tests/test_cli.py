@@ -315,6 +315,35 @@ def test_bench_needs_a_source_checkout(monkeypatch, tmp_path):
 # ------------------------------------------------------------------------------------------------
 # posterior draws -> m synthetic data sets (for the combining rules)
 # ------------------------------------------------------------------------------------------------
+def test_laplace_fit_gives_posterior_draws(tmp_path, labelled):
+    """``--method laplace``: draws of the Laplace approximation of the posterior, said to be
+    approximate, close to the confidential table, ready for ``synth --posterior``; options of
+    NUTS refused."""
+    folder, _ = labelled
+    meas, post = tmp_path / "m.json", tmp_path / "post.json"
+    _ok(["release", folder / "titanic.csv", "--domain", folder / "domain.json",
+         "--clique", "Pclass,Survived", "--clique", "Sex,Survived", "--epsilon", "1",
+         "--seed", 3, "-o", meas])
+    out = _ok(["fit", meas, "--method", "laplace", "--iters", 200, "-o", post])
+    assert "200 draws of the Laplace approximation" in out and "approximate" in out
+    provenance = json.loads(post.read_text())["provenance"]
+    assert provenance["estimator"] == "run_laplace"
+    assert provenance["options"]["path"] == "laplace" and provenance["options"]["mode_converged"]
+    saved = load_model(post)
+    assert saved.model.batch_shape == (200,)
+    mean = np.asarray(saved.model.marginal(("Sex", "Survived"))).mean(axis=0)
+    truth = count(pd.read_csv(TITANIC), [("Sex", "Survived")],
+                  json.loads(TITANIC_DOMAIN.read_text()))[("Sex", "Survived")]
+    assert 0.5 * np.abs(mean - truth / truth.sum()).sum() < 0.03
+    _ok(["synth", post, "--posterior", "--datasets", 2, "--records", 50, "--seed", 0,
+         "-o", tmp_path / "s.csv"])
+    assert (tmp_path / "s-2.csv").exists()
+    _fails(["fit", meas, "--method", "laplace", "--chains", 2, "-o", tmp_path / "x.json"],
+           "--method nuts only", tmp_path / "x.json")
+    _fails(["fit", meas, "--method", "laplace", "--iters", 1, "-o", tmp_path / "x.json"],
+           "at least 2", tmp_path / "x.json")
+
+
 def test_nuts_fit_and_posterior_synth(tmp_path, labelled):
     folder, frame = labelled
     meas, post, point = tmp_path / "m.json", tmp_path / "post.json", tmp_path / "point.json"
