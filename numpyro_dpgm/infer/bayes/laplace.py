@@ -19,17 +19,18 @@ coverage, measured against the truth over simulated releases, is :data:`MEASURED
 
 >>> import jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist
 >>> from numpyro_dpgm import MarkovNetwork
->>> from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
+>>> from numpyro_dpgm.distributions import CollectiveGraphicalModel, GaussianNoise
 >>> numpyro.enable_x64()
->>> net = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])
->>> def model(y):
-...     theta = numpyro.sample("theta", dist.Normal(0, 3).expand([6]).to_event(1))
-...     n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, 1000))
-...     numpyro.sample("y", LaplaceNoise(n, 2.0), obs=y)
->>> y = jnp.array([150.0, 170, 180, 160, 170, 170])
->>> fit = run_laplace(model, jax.random.key(0), y, num_samples=200)
->>> fit.path, fit.samples["n"].shape, bool(fit.converged)
-('laplace', (200, 6), True)
+>>> net = MarkovNetwork({"smoker": 2, "cough": 2}, [("smoker", "cough")])
+>>> def model(y, total):
+...     scale = numpyro.sample("scale", dist.HalfNormal(2.0))
+...     theta = numpyro.sample("theta", dist.Normal(0, scale).expand([4]).to_event(1))
+...     n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, total))
+...     numpyro.sample("y", GaussianNoise(n, 5.0), obs=y)
+>>> fit = run_laplace(model, jax.random.key(0), jnp.array([610.0, 95, 180, 115]), 1000,
+...                   num_samples=200)
+>>> fit.path, fit.samples["n"].shape, fit.samples["scale"].shape
+('laplace', (200, 4), (200,))
 """
 
 from __future__ import annotations
