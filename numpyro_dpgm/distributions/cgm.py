@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -66,6 +67,24 @@ def _checked_max(total_count: Any, total_count_max: int | None) -> int | None:
         raise ValueError(f"total_count_max = {total_count_max} is below the largest "
                          f"total_count, {largest}")
     return bound
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _draw_tables(net: MarkovNetwork, m: int, thetas: Any, totals: Any, keys: Any) -> Any:
+    """Per row, the tables of the first ``totals[i]`` of ``m`` records drawn from ``p_θ``.
+
+    One compiled program per network and ``m`` (equal networks share it): outside a compiled
+    program (NumPyro's prototype traces of a model) the draws ran op by op, 1.6 s a call on
+    Adult's 842-cell tree at ``N = 48,842``."""
+    dtype = jnp.result_type(float)
+    p = net.num_params
+
+    def one(t: Any, n: Any, k: Any) -> Any:
+        idx = net.cell_indices(jt.sample(net, t, k, m))  # (m, num_cliques)
+        keep = jnp.broadcast_to((jnp.arange(m) < n)[:, None], idx.shape).astype(dtype)
+        return jnp.zeros(p, dtype).at[jnp.reshape(idx, (-1,))].add(jnp.reshape(keep, (-1,)))
+
+    return jax.vmap(one)(thetas, totals, keys)
 
 
 class CollectiveGraphicalModel(Distribution):
@@ -233,14 +252,7 @@ class CollectiveGraphicalModel(Distribution):
         thetas = jnp.reshape(jnp.broadcast_to(self.theta, shape + (p,)), (size, p))
         totals = jnp.reshape(jnp.broadcast_to(jnp.asarray(self.total_count), shape), (size,))
         keys = jax.random.split(key, max(size, 1))[:size]
-        dtype = jnp.result_type(float)
-
-        def one(t: Any, n: Any, k: Any) -> Any:
-            idx = net.cell_indices(jt.sample(net, t, k, m))  # (m, num_cliques)
-            keep = jnp.broadcast_to((jnp.arange(m) < n)[:, None], idx.shape).astype(dtype)
-            return jnp.zeros(p, dtype).at[jnp.reshape(idx, (-1,))].add(jnp.reshape(keep, (-1,)))
-
-        counts = jax.vmap(one)(thetas, totals, keys)
+        counts = _draw_tables(net, int(m), thetas, totals, keys)
         return jnp.reshape(counts, shape + (p,))
 
     @property
