@@ -18,6 +18,7 @@ from ..tables import project_table
 
 __all__ = [
     "DecomposableLayout",
+    "ScaledMarginalPolytope",
     "ScaledMarginalPolytopeTransform",
     "consistency_residual",
     "count_tables",
@@ -167,7 +168,7 @@ class _CountTables(constraints.Constraint):
         return f"CountTables(cliques={list(self.network.cliques)}, N={self.total_count})"
 
 
-class _ScaledMarginalPolytope(_CountTables):
+class ScaledMarginalPolytope(_CountTables):
     """``N·M``: non-negative, consistent real tables summing to ``N`` (relaxed CGM support)."""
 
     is_discrete = False
@@ -203,7 +204,7 @@ def scaled_marginal_polytope(
 
     ``atol`` is the tolerance of the consistency check, relative to ``max(1, N)``.
     """
-    return _ScaledMarginalPolytope(network, total_count, atol)
+    return ScaledMarginalPolytope(network, total_count, atol)
 
 
 class ScaledMarginalPolytopeTransform(Transform):
@@ -350,6 +351,6 @@ def _transform_plan(network: MarkovNetwork) -> _Plan:
     return _Plan(tuple(steps), source, network_clique, dim)
 
 
-@biject_to.register(_ScaledMarginalPolytope)
-def _biject_scaled_marginal_polytope(constraint: _ScaledMarginalPolytope) -> Transform:
+@biject_to.register(ScaledMarginalPolytope)
+def _biject_scaled_marginal_polytope(constraint: ScaledMarginalPolytope) -> Transform:
     return ScaledMarginalPolytopeTransform(constraint.network, constraint.total_count)

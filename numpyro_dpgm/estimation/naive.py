@@ -39,7 +39,6 @@ from ..oracles.mle import (
     DEFAULT_L2_FLOOR,
     L2_MIN_SCALE,
     L2_RATIO_KNEE,
-    _project_simplex,
     default_l2,
     fit_theta,
     project_simplex,
@@ -169,7 +168,7 @@ def project_tables(network: MarkovNetwork, y: Array, total: Array) -> Array:
     Pure and ``vmap``-able (step 1 of :func:`naive_mle` for one identity release per clique).
     """
     return jnp.concatenate([
-        _project_simplex(y[network.slice_of(c)] / total, jnp.asarray(1.0, dtype=y.dtype))
+        project_simplex(y[network.slice_of(c)] / total, jnp.asarray(1.0, dtype=y.dtype))
         for c in network.cliques
     ])
 

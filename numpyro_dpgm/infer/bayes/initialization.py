@@ -12,7 +12,7 @@ import numpyro.distributions as dist
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.initialization import init_to_uniform
 
-from ...distributions.constraints import _ScaledMarginalPolytope
+from ...distributions.constraints import ScaledMarginalPolytope
 from .model import NoisyMarginalsModel
 
 __all__ = ["init_to_interior"]
@@ -52,7 +52,7 @@ def init_to_interior(
     name = site["name"]
     if name in values:
         center = jnp.broadcast_to(jnp.asarray(values[name]), fn.shape())
-    elif isinstance(support, _ScaledMarginalPolytope):
+    elif isinstance(support, ScaledMarginalPolytope):
         center = support.feasible_like(jnp.zeros(fn.shape()))
     elif site.get("infer", {}).get("init_to_mean"):  # the normal relaxation's z
         center = fn.mean
