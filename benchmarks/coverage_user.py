@@ -205,6 +205,21 @@ def _setting(args: argparse.Namespace) -> str:
             f"alpha={args.concentration} seed={args.seed}")
 
 
+#: Bins of a cell's expected records ``N μ`` for the coverage by bin.
+EXPECTED_BINS = (0.0, 1.0, 5.0, 50.0, float("inf"))
+
+
+def _by_expected(inside: np.ndarray, expected: np.ndarray) -> dict[str, dict[str, float]]:
+    """Coverage over the (release, cell) pairs of the cells in each bin of expected records."""
+    out = {}
+    for lo, hi in zip(EXPECTED_BINS[:-1], EXPECTED_BINS[1:], strict=True):
+        cells = (expected >= lo) & (expected < hi)
+        if cells.any():
+            out[f"[{lo:g}, {hi:g})"] = {"cells": int(cells.sum()),
+                                        "coverage": float(inside[:, cells].mean())}
+    return out
+
+
 def _load_range(rows: list[dict[str, Any]]) -> list[float] | None:
     loads = [x for row in rows for x in (row["load_before"] or []) + (row["load_after"] or [])]
     return [min(loads), max(loads)] if loads else None
@@ -238,6 +253,7 @@ def _per_release(path: str, s: dict[str, Any], args: argparse.Namespace,
            "coverage_se_over_releases": float(per_release.std(ddof=1) / np.sqrt(len(rows))),
            "coverage_sparse": float(inside[:, sparse].mean()) if sparse.any() else None,
            "sparse_cells": int(sparse.sum()),
+           "coverage_by_expected_records": _by_expected(inside, s["mu"] * args.records),
            "coverage_conditionals": float(cond.mean()),
            "wall_s": float(sum(walls)), "first_release_s": walls[0],
            "median_release_s": float(np.median(walls)),

@@ -58,10 +58,14 @@ __all__ = ["MEASURED_COVERAGE", "LaplaceFit", "run_laplace"]
 
 Array = Any
 
-#: What the approximation's 90 % intervals covered, as :class:`LaplaceFit` states it.
+#: What the approximation's 90 % intervals covered, as :class:`LaplaceFit` states it
+#: (``python -m benchmarks coverage_user --paths laplace,collapsed --records 100000 --levels 10
+#: --concentration 0.3``, ``benchmarks/results/coverage_user-collapsed-cpu.json``).
 MEASURED_COVERAGE = (
-    "its 90 % intervals are approximate: see the coverage measured against the collapsed "
-    "NUTS path over simulated releases in the docs (measurements: a model of your own)")
+    "its 90 % intervals are approximate: over 100 simulated releases of a 200-cell table "
+    "(100,000 records, Laplace noise at ε = 1) they held 83.4 % of the true cell "
+    "probabilities (89.8 % in cells expecting at least one record, 22.2 % in the others), "
+    "those of the collapsed NUTS path (run_nuts) 85.4 % (89.9 %, 42.6 %)")
 
 
 class LaplaceFit(NamedTuple):
