@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.infer import Predictive
 from numpyro.infer.util import constrain_fn
@@ -52,7 +51,7 @@ from .collapsed import gibbs_values as collapsed_gibbs_values
 from .count_sites import CountSiteError
 from .initialization import init_to_interior, init_values
 from .laplace_metric import LaplaceMetric, block_potential, laplace_metric, laplace_starts
-from .model import OBSERVED, NoisyMarginalsModel
+from .model import NoisyMarginalsModel, observed_answers
 
 __all__ = ["MEASURED_COVERAGE", "LaplaceFit", "run_laplace"]
 
@@ -163,8 +162,7 @@ def _collapsed(model: Any, model_args: tuple, model_kwargs: dict, init: Any) -> 
     values = init_values(model, init)
     if isinstance(model, NoisyMarginalsModel):
         handled = CollapsedModel(model)
-        y = model_kwargs.get("y", model_args[0] if model_args else OBSERVED)
-        y = jnp.asarray(model.y if y is OBSERVED else y)
+        y = observed_answers(model, model_args, model_kwargs)
         centre, _ = collapsed_start(handled, None if isinstance(init, str) else
                                     values.get("phi"), 1)
         return (handled, (), {"y": y}, collapsed_gibbs_values(handled),

@@ -67,7 +67,7 @@ from .conditional import ConditionalCoding, conditional_coding
 from .labels import cell_label, cell_labels
 
 __all__ = ["CODINGS", "DEFAULT_PRIOR_SCALE", "RELAXATIONS", "NoisyMarginalsModel",
-           "noisy_marginals_model", "released_reference"]
+           "noisy_marginals_model", "observed_answers", "released_reference", "y_argument"]
 
 Array = Any
 
@@ -89,6 +89,19 @@ class _Observed:
 
 
 OBSERVED = _Observed()
+
+
+def y_argument(model_args: tuple, model_kwargs: dict) -> Any:
+    """A run's ``y`` argument (first positional or ``y=``; :data:`OBSERVED` where none)."""
+    return model_args[0] if model_args else model_kwargs.get("y", OBSERVED)
+
+
+def observed_answers(model: NoisyMarginalsModel, model_args: tuple, model_kwargs: dict) -> Any:
+    """The answers a run of ``model`` conditions on: its ``y`` argument, else the release's."""
+    y = y_argument(model_args, model_kwargs)
+    if y is None:
+        raise ValueError("a posterior needs observed answers y (y=None draws from the prior)")
+    return jnp.asarray(model.y if y is OBSERVED else y)
 
 _LAPLACE = (Laplace, DiscreteLaplace)
 _GAUSSIAN = (Gaussian, DiscreteGaussian)

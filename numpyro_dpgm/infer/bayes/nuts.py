@@ -69,7 +69,7 @@ from .gibbs import exact_kernel
 from .initialization import init_to_interior, init_values
 from .interweave import released_noise_share
 from .laplace_metric import choose_metric
-from .model import OBSERVED, NoisyMarginalsModel
+from .model import OBSERVED, NoisyMarginalsModel, observed_answers, y_argument
 from .warmup import bounded_warmup
 
 __all__ = ["COLLAPSED_MAX_DIM", "COLLAPSED_MIN_COUNT", "COLLAPSED_MIN_DIM", "DENSE_MAX_DIM",
@@ -258,24 +258,10 @@ def released_noise_variance(model: NoisyMarginalsModel) -> np.ndarray:
                            for m in model.measurements])
 
 
-def _y_argument(model_args: tuple, model_kwargs: dict) -> Any:
-    """The run's ``y`` argument (:data:`~.model.OBSERVED` where none is given)."""
-    return model_args[0] if model_args else model_kwargs.get("y", OBSERVED)
-
-
 def _one_release(model: NoisyMarginalsModel, model_args: tuple, model_kwargs: dict) -> bool:
     """Whether the run conditions on one observed release (not a batch, not ``y=None``)."""
-    y = _y_argument(model_args, model_kwargs)
+    y = y_argument(model_args, model_kwargs)
     return y is not None and np.ndim(model.y if y is OBSERVED else y) == 1
-
-
-def _observed(model: NoisyMarginalsModel, model_args: tuple, model_kwargs: dict) -> Any:
-    y = _y_argument(model_args, model_kwargs)
-    if y is OBSERVED:
-        return jnp.asarray(model.y)
-    if y is None:
-        raise ValueError("the exact path samples a posterior: it needs observed answers y")
-    return jnp.asarray(y)
 
 
 def _exact_start(model: NoisyMarginalsModel, values: Mapping[str, Array], y: Array,
@@ -467,7 +453,7 @@ def run_nuts(
                          "path (collapsed=True, or metric='adapt')")
     if path == "collapsed":
         sampled = CollapsedModel(model)
-        y = _observed(model, model_args, model_kwargs)
+        y = observed_answers(model, model_args, model_kwargs)
         centre, init_params = collapsed_start(
             sampled, None if isinstance(init, str) else values.get("phi"), num_chains)
         k_metric, rng_key = jax.random.split(rng_key)
@@ -506,7 +492,7 @@ def run_nuts(
                 warmup_callback)
     else:
         sampled = model.with_cgm(False)
-        y = _observed(model, model_args, model_kwargs)
+        y = observed_answers(model, model_args, model_kwargs)
         k_start, rng_key = jax.random.split(rng_key)
         n0 = _exact_start(sampled, values, y, num_chains, k_start)
         phi_values = {k: v for k, v in values.items() if k != "n"}
