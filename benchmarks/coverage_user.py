@@ -75,7 +75,7 @@ def _setup(args: argparse.Namespace) -> dict[str, Any]:
 
     from numpyro_dpgm import MarkovNetwork
     from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
-    from numpyro_dpgm.infer.bayes import conditional_coding
+    from numpyro_dpgm.infer.bayes import ConditionalDirichlet, conditional_coding
     from numpyro_dpgm.oracles import junction_tree as jt
 
     attrs = [f"x{i}" for i in range(args.attrs)]
@@ -90,8 +90,10 @@ def _setup(args: argparse.Namespace) -> dict[str, Any]:
     y = n + np.random.default_rng(args.seed + 1).laplace(0.0, b, n.shape)
     coding = conditional_coding(net)
 
-    def one(y):  # one release
-        phi = numpyro.sample("phi", dist.Normal(0.0, 3.0).expand([coding.dim]).to_event(1))
+    def one(y, alpha=None):  # one release; alpha: the Dirichlet prior's concentration
+        prior = (dist.Normal(0.0, 3.0).expand([coding.dim]).to_event(1) if alpha is None
+                 else ConditionalDirichlet(coding, alpha))
+        phi = numpyro.sample("phi", prior)
         theta = numpyro.deterministic("theta", coding.to_theta(phi))
         n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, args.records,
                                                          normalized=True))
@@ -118,7 +120,7 @@ def _setup(args: argparse.Namespace) -> dict[str, Any]:
         return np.concatenate(out, axis=-1)
 
     return {"net": net, "mu": mu, "y": y, "model": model, "one": one, "marginals": marginals,
-            "conditionals": conditionals, "b": b}
+            "conditionals": conditionals, "b": b, "coding": coding}
 
 
 def _coverage(mu_draws: np.ndarray, mu: np.ndarray, sparse: np.ndarray) -> dict[str, float]:
@@ -169,21 +171,26 @@ def _one_release(path: str, s: dict[str, Any], args: argparse.Namespace, r: int,
                  ) -> dict[str, Any]:
     """Release ``r`` by ``run_nuts`` (defaults) or ``run_laplace``: which true cell
     probabilities and conditionals its 90 % intervals hold."""
-    from numpyro_dpgm.infer.bayes import run_laplace, run_nuts
+    from numpyro_dpgm.infer.bayes import concentration_from_release, run_laplace, run_nuts
 
     load0, t0 = load_average(), time.perf_counter()
     key = jax.random.fold_in(jax.random.key(args.seed), r)
     out: dict[str, Any] = {"path": path, "release": r, "setting": _setting(args)}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        margs = (s["y"][r],)
+        if args.prior == "dirichlet":  # its concentration read from this release
+            found = concentration_from_release(s["coding"], s["y"][r], 2.0 * s["b"] ** 2)
+            out.update(concentration=found.concentration, concentration_bound=found.bound)
+            margs += (found.concentration,)
         if path == "collapsed":
-            mcmc = run_nuts(s["one"], key, s["y"][r])
+            mcmc = run_nuts(s["one"], key, *margs)
             theta = np.asarray(mcmc.get_samples()["theta"])
             fig = mcmc.convergence
             out.update(sampler=mcmc.path, max_r_hat=fig.max_r_hat,
                        min_ess_bulk=fig.min_ess_bulk, worst=fig.worst)
         else:
-            fit = run_laplace(s["one"], key, s["y"][r])
+            fit = run_laplace(s["one"], key, *margs)
             theta = np.asarray(fit.samples["theta"])
             out.update(sampler=fit.path, converged=fit.converged)
     out["wall_s"] = time.perf_counter() - t0
@@ -201,8 +208,9 @@ def _one_release(path: str, s: dict[str, Any], args: argparse.Namespace, r: int,
 
 def _setting(args: argparse.Namespace) -> str:
     """What a release's row depends on: a resumed run reuses only rows of the same."""
+    prior = "" if args.prior == "normal" else f" prior={args.prior}"
     return (f"{args.attrs}x{args.levels} N={args.records} eps={args.eps} "
-            f"alpha={args.concentration} seed={args.seed}")
+            f"alpha={args.concentration} seed={args.seed}{prior}")
 
 
 #: Bins of a cell's expected records ``N μ`` for the coverage by bin.
@@ -259,6 +267,12 @@ def _per_release(path: str, s: dict[str, Any], args: argparse.Namespace,
            "median_release_s": float(np.median(walls)),
            "releases_warned": sum(bool(row["warnings"]) for row in rows),
            "load_range": _load_range(rows)}
+    if "concentration" in rows[0]:  # the Dirichlet prior's, release by release
+        alphas = [row["concentration"] for row in rows]
+        out.update(concentration_median=float(np.median(alphas)),
+                   concentration_range=[float(min(alphas)), float(max(alphas))],
+                   concentration_at_bound=sum(row["concentration_bound"] is not None
+                                              for row in rows))
     if path == "collapsed":
         r_hat = np.array([row["max_r_hat"] for row in rows])
         ess = np.array([row["min_ess_bulk"] for row in rows])
@@ -275,6 +289,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eps", type=float, default=1.0)
     parser.add_argument("--concentration", type=float, default=1.0,
                         help="of the Dirichlet the true tables are drawn from (below 1: sparse)")
+    parser.add_argument("--prior", choices=("normal", "dirichlet"), default="normal",
+                        help="on the conditional log odds: N(0, 3²), or (collapsed and laplace "
+                             "paths) ConditionalDirichlet with the concentration each release "
+                             "gives (concentration_from_release)")
     parser.add_argument("--paths", default="exact,svi",
                         help="comma-separated: exact, svi, svi-mvn (a full-covariance guide "
                              "over every release's parameters: slow for many releases), "

@@ -82,6 +82,7 @@ LAYERS = {
     "numpyro_dpgm.infer.bayes.labels": INFER,
     "numpyro_dpgm.infer.bayes.coding": INFER,
     "numpyro_dpgm.infer.bayes.conditional": INFER,
+    "numpyro_dpgm.infer.bayes.dirichlet_prior": INFER,
     "numpyro_dpgm.infer.bayes.model": INFER,
     "numpyro_dpgm.infer.bayes.initialization": INFER,
     "numpyro_dpgm.infer.bayes.records": INFER,

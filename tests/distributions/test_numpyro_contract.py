@@ -38,6 +38,7 @@ from oracles.brute_force import BruteForce, features
 from scipy import stats
 
 from numpyro_dpgm import MarkovNetwork
+from numpyro_dpgm.infer.bayes import ConditionalDirichlet, conditional_coding
 from numpyro_dpgm.distributions import (
     CollectiveGraphicalModel,
     DiscreteGaussianNoise,
@@ -94,10 +95,12 @@ SPECS = (
          ("loc", "scale")),
     Spec("discrete_gaussian", DiscreteGaussianNoise, (LOC, jnp.array([[0.7], [2.5]])),
          ("loc", "scale")),
+    Spec("conditional_dirichlet", ConditionalDirichlet, (jnp.array([0.4, 1.0, 2.5]),),
+         ("concentration",), (conditional_coding(NET),)),
 )
 NOISE = tuple(s for s in SPECS if issubclass(s.cls, dist.Independent))
 CGMS = tuple(s for s in SPECS if s.cls is CollectiveGraphicalModel)
-CONTINUOUS = ("cgm_relaxed_lgamma", "laplace", "gaussian")
+CONTINUOUS = ("cgm_relaxed_lgamma", "laplace", "gaussian", "conditional_dirichlet")
 ids = lambda s: s.name  # noqa: E731
 
 
@@ -107,7 +110,7 @@ def _out_of_support(spec: Spec, x: jax.Array) -> jax.Array:
         return 2.0 * x  # tables of the wrong total
     if spec.name == "mrf":
         return jnp.full_like(x, 7)  # a code beyond every attribute's domain
-    if spec.name in ("laplace", "gaussian"):
+    if spec.name in ("laplace", "gaussian", "conditional_dirichlet"):
         return jnp.full(x.shape, jnp.nan)
     return x + 0.5  # not integer
 
@@ -116,7 +119,8 @@ def _out_of_bounds(name: str, value: Any) -> Any:
     """An argument value outside ``arg_constraints[name]``."""
     shape = jnp.shape(value)
     return {"theta": np.full(shape, np.nan), "loc": np.full(shape, np.nan),
-            "scale": np.full(shape, -1.0), "total_count": np.full(shape, -1)}[name]
+            "scale": np.full(shape, -1.0), "total_count": np.full(shape, -1),
+            "concentration": np.full(shape, -1.0)}[name]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -168,7 +172,7 @@ def test_args_attributes(spec: Spec) -> None:
         assert isinstance(constraint.event_dim, int)
         assert isinstance(constraint.is_discrete, bool)
         assert getattr(d, name) is not None
-    expected = {"theta": 1, "total_count": 0, "loc": 1, "scale": 0}
+    expected = {"theta": 1, "total_count": 0, "loc": 1, "scale": 0, "concentration": 0}
     assert {k: c.event_dim for k, c in d.arg_constraints.items()} == {
         k: expected[k] for k in spec.names}
 
@@ -360,7 +364,7 @@ def test_vmap_over_arguments(spec: Spec) -> None:
         stacked = jnp.stack([spec.params[idx]] * 3)
         if name in ("theta", "loc"):
             stacked = stacked + jnp.arange(3.0).reshape((3,) + (1,) * jnp.ndim(spec.params[idx]))
-        elif name == "scale":
+        elif name in ("scale", "concentration"):
             stacked = stacked * jnp.arange(1.0, 4.0).reshape((3,) + (1,) * jnp.ndim(stacked[0]))
         else:  # total_count
             stacked = stacked - jnp.arange(3).reshape((3,) + (1,) * jnp.ndim(stacked[0]))

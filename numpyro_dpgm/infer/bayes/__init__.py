@@ -13,6 +13,8 @@ sites runs :class:`.count_gibbs.CGMGibbs` (record moves within Gibbs, sites foun
 :mod:`.count_sites`), or on large releases the :class:`.collapse.collapse` handler (the tables
 integrated out of the update of the model's own parameters, :mod:`.collapsed`);
 :mod:`.laplace` is the fast approximate path, a Laplace approximation of that collapsed posterior.
+:mod:`.dirichlet_prior` is a Dirichlet prior on the conditional log odds whose concentration
+the release chooses.
 """
 
 from .checks import ConvergenceWarning
@@ -21,6 +23,7 @@ from .collapse import collapse, collapse_kernel, collapse_plan
 from .conditional import ConditionalCoding, conditional_coding
 from .count_gibbs import CGMGibbs, RecordMoves
 from .count_sites import CountSiteError, count_layout
+from .dirichlet_prior import Concentration, ConditionalDirichlet, concentration_from_release
 from .gibbs import exact_gibbs_fn, exact_kernel
 from .initialization import init_to_interior
 from .labels import cell_labels
@@ -32,6 +35,8 @@ from .svi import SVIFit, run_svi
 
 __all__ = [
     "CGMGibbs",
+    "Concentration",
+    "ConditionalDirichlet",
     "CountSiteError",
     "LaplaceFit",
     "RecordMoves",
@@ -45,6 +50,7 @@ __all__ = [
     "collapse",
     "collapse_kernel",
     "collapse_plan",
+    "concentration_from_release",
     "conditional_coding",
     "exact_gibbs_fn",
     "exact_kernel",

@@ -62,6 +62,9 @@ class ConditionalCoding:
     labels : list of str
         ``"b=2|a=1"`` for ``β_{(a,b)}(a=1, b=2)`` (residual given separator; a root block has
         no separator).
+    rows : tuple of numpy int arrays
+        Per block, the cells of the network's flat layout as a ``(separator cells, residual
+        cells)`` array: row ``s`` holds the cells of the conditional ``p(· | s)``.
 
     Examples
     --------
@@ -93,7 +96,7 @@ class ConditionalCoding:
         tree = jt.build_junction_tree(layout.covered, "min_fill")
         by_set = {frozenset(c): c for c in network.cliques}
         blocks, labels = [], []
-        pos, param, group, ref_pos, spans = [], [], [], [], []
+        pos, param, group, ref_pos, spans, rows = [], [], [], [], [], []
         j = g = 0
         for i in tree.order:
             clique = by_set[frozenset(tree.cliques[i])]
@@ -126,6 +129,7 @@ class ConditionalCoding:
                     lab = cell_label(res, r)
                     labels.append(f"{lab}|{s_lab}" if sep else lab)
             ref_pos.append(by_sr[:, r0])
+            rows.append(by_sr)
             spans.append((j, int(np.prod(s_shape)), n_r, r0))
             j += int(np.prod(s_shape)) * (n_r - 1)
             g += int(np.prod(s_shape))
@@ -135,6 +139,7 @@ class ConditionalCoding:
         self.dim: int = j
         self.labels: list[str] = labels
         self._spans = tuple(spans)  # per block: first β, separator cells, residual cells, r0
+        self.rows: tuple[np.ndarray, ...] = tuple(rows)
         self._pos = np.concatenate(pos)
         self._param = np.concatenate(param)
         self._group = np.concatenate(group)
