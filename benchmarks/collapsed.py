@@ -27,10 +27,13 @@ fresh process and the coverage of the true counts by its intervals).
 :func:`benchmarks.workloads.user_model_of`: ``φ`` on the library's coding and prior,
 ``CollectiveGraphicalModel(net, θ, N)``, ``LaplaceNoise``; sampled through the ``collapse``
 handler, :mod:`numpyro_dpgm.infer.bayes.collapse`) or ``readme`` (the README's model with a
-prior: ``θ ∼ N(0, 3²)`` per cell of the network's own layout, no preconditioning).
+prior: ``θ ∼ N(0, 3²)`` per cell of the network's own layout, no preconditioning). With
+``--model user --prior dirichlet`` the user model's prior is a ``ConditionalDirichlet`` whose
+concentration ``concentration_from_release`` reads from the release (the row records it, and
+what the same rule reads from the true tables).
 
 Run ``python -m benchmarks collapsed [--records 226051] [--eps 1] [--chains 2] [--warmup STEPS]
-[--draws 300] [--model library] [--time-limit SECONDS]``; with ``--time-limit``, ``run_nuts``
+[--draws 300] [--model library] [--prior normal] [--time-limit SECONDS]``; with ``--time-limit``, ``run_nuts``
 draws further batches until its convergence rule passes or the time is up; writes
 ``collapsed-cpu.json`` (``--tag``) under ``--out``.
 """
@@ -163,12 +166,13 @@ def readme_model_of(lib: Any) -> Any:
     return model
 
 
-def sampled(model: Any, kind: str) -> tuple[Any, tuple]:
-    """``(model, args)`` that ``run_nuts`` gets for ``--model kind``."""
+def sampled(model: Any, kind: str, prior: str = "normal") -> tuple[Any, tuple]:
+    """``(model, args)`` that ``run_nuts`` gets for ``--model kind`` (``--prior``: the user
+    model's)."""
     if kind == "library":
         return model, ()
-    write = user_model_of if kind == "user" else readme_model_of
-    return write(model), (np.asarray(model.y),)
+    written = user_model_of(model, prior) if kind == "user" else readme_model_of(model)
+    return written, (np.asarray(model.y),)
 
 
 def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
@@ -181,7 +185,7 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
                    chain_method=args.chain_method, collapsed=True, metric=args.metric)
     limit = {} if args.time_limit is None else {"time_limit": args.time_limit}
     total = float(model.total_count)
-    model, margs = sampled(model, args.model)
+    model, margs = sampled(model, args.model, args.prior)
     row: dict[str, Any] = {"load_before": load_average()}
     keys = ("first_call_s", "compile_s")[2 - args.compile_runs:]
     for key in keys:  # a first call also pays the process's first traces
@@ -236,7 +240,7 @@ def laplace_run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict
 
     from numpyro_dpgm.infer.bayes import run_laplace
 
-    model, margs = sampled(model, args.model)
+    model, margs = sampled(model, args.model, args.prior)
     row: dict[str, Any] = {"load_before": load_average()}
     start, cpu = time.perf_counter(), time.process_time()
     fit = run_laplace(model, jax.random.key(args.seed + 1), *margs,
@@ -284,6 +288,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "full run's wall time is what a fresh process waits)")
     parser.add_argument("--model", choices=("library", "user", "readme"), default="library",
                         help="the model run_nuts samples (see the module's docstring)")
+    parser.add_argument("--prior", choices=("normal", "dirichlet"), default="normal",
+                        help="with --model user: the library's N(0, 3²) on φ, or a "
+                             "ConditionalDirichlet with the concentration the release gives")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-limit", type=float, default=None,
                         help="run_nuts's time_limit: further batches of --draws per chain until "
@@ -303,8 +310,16 @@ def main(args: argparse.Namespace) -> int:
         "params": int(model.coding.dim), "laplace_b": float(model.noise_scales[0]),
         "chains": args.chains, "warmup": args.warmup, "draws": args.draws,
         "dense_mass": args.dense_mass, "metric_asked": args.metric,
-        "chain_method": args.chain_method, "model": args.model,
+        "chain_method": args.chain_method, "model": args.model, "prior": args.prior,
         "jax_devices": [str(d) for d in jax.devices()]}
+    if args.prior == "dirichlet":  # what the user model's prior reads from the release
+        from numpyro_dpgm.infer.bayes import concentration_from_release
+
+        found = concentration_from_release(model.coding, np.asarray(model.y),
+                                           2.0 * np.asarray(model.noise_scales) ** 2)
+        truth_alpha = concentration_from_release(model.coding, truth, 0.0)
+        row.update(concentration=found.concentration, concentration_bound=found.bound,
+                   concentration_of_true_tables=truth_alpha.concentration)
     record["rows"].append(row)
     if args.gradient:
         row.update(gradient_ms(model), load_gradient=load_average())

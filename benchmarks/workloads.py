@@ -367,20 +367,36 @@ def releases(name: str, size: int | None, eps: float, seeds: range) -> Iterator[
         yield net, meas, float(n), lambda m, t=truth: float(kl_divergence(t, m)), tables
 
 
-def user_model_of(lib: Any) -> Any:
-    """The library model ``lib`` written by hand with the public distributions."""
+def user_model_of(lib: Any, prior: str = "normal") -> Any:
+    """The library model ``lib`` written by hand with the public distributions; ``prior``:
+    the library's ``N(0, s²)`` on ``φ`` (``"normal"``), or ``"dirichlet"``: a
+    ``ConditionalDirichlet`` whose concentration ``concentration_from_release`` reads from
+    ``lib``'s released tables (the network's own cliques, Laplace noise)."""
     import jax.numpy as jnp
     import numpyro
     import numpyro.distributions as dist
 
     from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
+    from numpyro_dpgm.infer.bayes import ConditionalDirichlet, concentration_from_release
 
     net, coding, total = lib.latent_network, lib.coding, int(lib.total_count)
     scale = jnp.broadcast_to(jnp.asarray(lib.prior_scale, dtype=float), (coding.dim,))
     b = jnp.asarray(lib.noise_scales)
+    if prior == "normal":
+        phi_prior = dist.Normal(0.0, scale).to_event(1)
+    elif prior == "dirichlet":
+        if np.shape(lib.y) != (net.num_params,):
+            raise ValueError("prior='dirichlet' reads its concentration from the released "
+                             "tables of the network's cliques; this release answers "
+                             f"{np.shape(lib.y)} values, not the {net.num_params} cells")
+        found = concentration_from_release(coding, np.asarray(lib.y),
+                                           2.0 * np.asarray(lib.noise_scales) ** 2)
+        phi_prior = ConditionalDirichlet(coding, found.concentration)
+    else:
+        raise ValueError(f"prior must be 'normal' or 'dirichlet', got {prior!r}")
 
     def model(y):
-        phi = numpyro.sample("phi", dist.Normal(0.0, scale).to_event(1))
+        phi = numpyro.sample("phi", phi_prior)
         theta = numpyro.deterministic("theta", coding.to_theta(phi))
         n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, total,
                                                          normalized=lib.normalized))

@@ -19,7 +19,7 @@ from numpyro.infer import MCMC, NUTS
 from numpyro_dpgm import Laplace, MarkovNetwork, Measurement
 from numpyro_dpgm.infer.bayes import ConvergenceWarning, noisy_marginals_model, run_nuts
 from numpyro_dpgm.infer.bayes.checks import ConvergenceFigures, converged
-from numpyro_dpgm.infer.bayes.extend import draw_more, draw_until
+from numpyro_dpgm.infer.bayes.extend import draw_more, draw_until, first_draws
 
 MEAN, SD = 1.5, 2.0
 
@@ -51,6 +51,42 @@ def test_draw_more_appends_a_batch_of_the_same_chains():
     # no new warm-up: every draw of the batch uses the step size each chain adapted
     after = np.asarray(fields["adapt_state.step_size"])
     np.testing.assert_allclose(after[:, 200:], np.repeat(step[:, -1:], 200, axis=1))
+
+
+@pytest.mark.parametrize("num_chains", [1, 3])
+def test_first_draws_are_runs_draws_in_the_batches_program(num_chains: int):
+    """From one warm-up state and key, :func:`first_draws` draws what ``mcmc.run`` draws (every
+    field, every chain), and a batch after it reuses its compiled program."""
+    from numpyro_dpgm.infer.bayes.extend import SequentialChains
+
+    fields = ("adapt_state.step_size", "num_steps")
+    runs = []
+    for draw in ("run", "first_draws"):
+        mcmc = MCMC(NUTS(_normal_model), num_warmup=100, num_samples=60, num_chains=num_chains,
+                    chain_method=SequentialChains(), progress_bar=False)
+        mcmc.warmup(jax.random.key(0), extra_fields=fields, collect_warmup=False)
+        mcmc.post_warmup_state = mcmc.last_state
+        if draw == "run":
+            mcmc.run(jax.random.key(1), extra_fields=fields)
+        else:
+            assert first_draws(mcmc, jax.random.key(1), (), {}, fields) > 0
+        runs.append(mcmc)
+    ran, drew = runs
+    np.testing.assert_allclose(drew.get_samples(group_by_chain=True)["x"],
+                               ran.get_samples(group_by_chain=True)["x"], rtol=1e-12)
+    for name in ("diverging", *fields):
+        np.testing.assert_array_equal(drew.get_extra_fields(group_by_chain=True)[name],
+                                      ran.get_extra_fields(group_by_chain=True)[name])
+    np.testing.assert_allclose(drew.last_state.z["x"], ran.last_state.z["x"], rtol=1e-12)
+    draw_more(drew, fields)
+    assert drew.get_samples(group_by_chain=True)["x"].shape == (num_chains, 120)
+    assert len(drew._draw_more_programs) == 1  # the batch ran the first draws' program
+
+
+def test_first_draws_needs_a_warm_up():
+    mcmc = MCMC(NUTS(_normal_model), num_warmup=10, num_samples=10, progress_bar=False)
+    with pytest.raises(ValueError, match="post_warmup_state"):
+        first_draws(mcmc, jax.random.key(0))
 
 
 def test_continued_chains_still_sample_the_target():

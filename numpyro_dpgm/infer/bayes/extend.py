@@ -29,9 +29,9 @@ from typing import Any
 import jax
 import numpy as np
 from numpyro.infer import MCMC
-from numpyro.util import nested_attrgetter
+from numpyro.util import is_prng_key, nested_attrgetter
 
-__all__ = ["SequentialChains", "chain_method_for", "draw_more", "draw_until",
+__all__ = ["SequentialChains", "chain_method_for", "draw_more", "draw_until", "first_draws",
            "resolve_chain_method"]
 
 
@@ -78,6 +78,41 @@ def draw_more(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> float:
                                 states)
     mcmc._states_flat = None
     return seconds
+
+
+def first_draws(mcmc: MCMC, rng_key: jax.Array, model_args: tuple = (),
+                model_kwargs: dict | None = None, extra_fields: Sequence[str] = ()) -> float:
+    """``mcmc.run(rng_key, *model_args, extra_fields=..., **model_kwargs)`` after a warm-up
+    held in ``mcmc.post_warmup_state``, in the compiled program of :func:`draw_more`.
+
+    The draws are ``mcmc.run``'s (the same keys: one per chain, split from ``rng_key`` as
+    ``run`` splits it), and ``get_samples``, ``get_extra_fields`` and ``last_state`` read as after
+    ``run``; but the program is the one every later batch of :func:`draw_more` of the same size
+    uses, so a run that draws further batches compiles its sampling loop once, not twice
+    (``run`` compiles a loop of its own).
+
+    Returns
+    -------
+    float
+        Seconds the draws took, compilation included.
+    """
+    state = mcmc.post_warmup_state
+    if state is None:
+        raise ValueError("first_draws continues a warm-up: set mcmc.post_warmup_state first")
+    if mcmc.thinning != 1 or any(f.startswith("~") for f in extra_fields):
+        raise ValueError("first_draws draws without thinning or removed sites "
+                         f"(thinning={mcmc.thinning}, extra_fields={tuple(extra_fields)})")
+    mcmc._args, mcmc._kwargs = tuple(model_args), dict(model_kwargs or {})
+    if mcmc.num_chains > 1 and is_prng_key(rng_key):
+        rng_key = jax.random.split(rng_key, mcmc.num_chains)
+    fields = tuple(dict.fromkeys((mcmc.sampler.sample_field, *mcmc.sampler.default_fields,
+                                  *extra_fields)))
+    start = time.perf_counter()
+    last, states = _batch_program(mcmc, mcmc.num_samples, fields)(
+        state._replace(rng_key=rng_key))
+    mcmc._last_state, mcmc._states = jax.block_until_ready((last, states))
+    mcmc._states_flat = None
+    return time.perf_counter() - start
 
 
 def _batch_program(mcmc: MCMC, num_samples: int, fields: tuple[str, ...]) -> Callable:

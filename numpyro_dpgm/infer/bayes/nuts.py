@@ -64,7 +64,7 @@ from .collapsed import gibbs_values as collapsed_gibbs_values
 from .conditional import ConditionalCoding
 from .count_gibbs import CGMGibbs, RecordMoves
 from .count_sites import CountSiteError, count_networks, split_sites
-from .extend import chain_method_for, draw_until, resolve_chain_method
+from .extend import chain_method_for, draw_until, first_draws, resolve_chain_method
 from .gibbs import exact_kernel
 from .initialization import init_to_interior, init_values
 from .interweave import released_noise_share
@@ -384,10 +384,12 @@ def run_nuts(
         size), after a compilation as long as warm-up's, but not below
         :data:`MIN_FIRST_DRAWS` (with a ``ConvergenceWarning`` when cut). After the first
         draws, keep drawing batches of as many draws per chain (:func:`~.extend.draw_until`:
-        no new warm-up) while some parameter or latent cell has a split R-hat above 1.01 or a
-        bulk ESS below ``target_ess``, as long as the next batch is expected to end within
-        ``time_limit`` of the call's start (the first one is expected to take as long as the
-        first draws did, compilation included, later ones as long as the last batch).
+        no new warm-up; the first draws and every batch run one compiled program,
+        :func:`~.extend.first_draws`) while some parameter or latent cell has a split R-hat
+        above 1.01 or a bulk ESS below ``target_ess``, as long as the next batch is expected to
+        end within ``time_limit`` of the call's start (the first one is expected to take as
+        long as the first draws did less a compilation as long as warm-up's, later ones as
+        long as the last batch).
         ``None`` (default): exactly ``num_samples`` draws per chain.
     target_ess : float
         The bulk ESS that ``time_limit``'s batches aim for (default 400).
@@ -531,10 +533,10 @@ def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: fl
             m.convergence = _figures(m, sampled, max_tree_depth)
             return converged(m.convergence, target_ess)
 
-        # the first batch (as many draws as the first run, compiled anew) is expected to
-        # take as long as the first draws did, compilation included; without a timed first
-        # run (no warm-up), as long as the whole call so far
-        first = getattr(mcmc, "draws_seconds", spent)
+        # the first batch (as many draws as the first run, in its compiled program) is
+        # expected to take as long as the first draws did without their compilation; without
+        # a timed first run (no warm-up), as long as the whole call so far
+        first = getattr(mcmc, "batch_seconds", spent)
         mcmc.batches = draw_until(mcmc, done, started + time_limit, first, fields, callback)
     if check and time_limit is None:  # draw_until's last check saw every draw
         mcmc.convergence = _figures(mcmc, sampled, max_tree_depth)
@@ -618,12 +620,12 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
             f"which is what the time left is expected to hold (a step took "
             f"{warm.step_seconds:.3g} s at the end of warm-up). Remedy: a longer time_limit, "
             "or fewer warm-up steps", ConvergenceWarning, stacklevel=5)
-    began = time.perf_counter()
-    mcmc.run(k_run, *model_args, extra_fields=fields, **model_kwargs)
-    # JAX dispatches asynchronously: ``run`` can return before its draws exist, and a forecast
-    # from that time started a further batch that overran time_limit by minutes
-    jax.block_until_ready(mcmc.last_state)
-    mcmc.draws_seconds = time.perf_counter() - began
+    # the draws run in the program of the further batches (draw_more's), compiled once here
+    mcmc.draws_seconds = first_draws(mcmc, k_run, model_args, model_kwargs, fields)
+    # a batch of as many draws costs the draws without their compilation, which took about
+    # as long as warm-up's (the same kernel step), but not less than warm-up's pace gives
+    mcmc.batch_seconds = max(mcmc.draws_seconds - warm.compile_seconds,
+                             per_round * mcmc.num_samples)
 
 
 def user_collapse(model: Callable[..., Any], model_args: tuple = (),
