@@ -5,8 +5,10 @@ clique), true log-potentials drawn once (junction-tree conditionals from a Diric
 ``--releases`` independent populations of ``--records`` records, each releasing every clique
 table with Laplace noise at ``--eps`` (add/remove, sensitivity = number of tables). The model is
 written by hand, as a user would, over a plate of releases: the library's public conditional
-coding ``φ ∼ N(0, 3²)``, ``θ = coding.to_theta(φ)``, an exact
-``CollectiveGraphicalModel(net, θ, N)`` and ``LaplaceNoise``. Paths:
+coding ``φ ∼ N(0, 3²)`` (``--prior dirichlet``, on the collapsed and Laplace paths: a
+``ConditionalDirichlet`` whose concentration ``concentration_from_release`` reads from each
+release), ``θ = coding.to_theta(φ)``, an exact ``CollectiveGraphicalModel(net, θ, N)`` and
+``LaplaceNoise``. Paths:
 
 - ``exact``: ``run_nuts(model, key, y)`` (record moves within Gibbs; the releases share no
   answer, so their tables move in parallel);

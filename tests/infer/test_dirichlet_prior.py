@@ -19,13 +19,17 @@ import pytest
 from numpy.testing import assert_allclose
 from numpyro.distributions.gof import auto_goodness_of_fit
 from numpyro.infer import MCMC, NUTS
+from oracles.enumeration import compositions, laplace_loglik, moments
 from scipy import integrate
+from scipy.special import gammaln, logsumexp
 
 from numpyro_dpgm import MarkovNetwork
+from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
 from numpyro_dpgm.infer.bayes import (
     ConditionalDirichlet,
     concentration_from_release,
     conditional_coding,
+    run_nuts,
 )
 from numpyro_dpgm.oracles import junction_tree as jt
 
@@ -107,6 +111,39 @@ def test_conjugate_posterior_of_complete_tables() -> None:
     mean = post / post.sum()
     sd = np.sqrt(mean * (1 - mean) / (post.sum() + 1))
     assert np.all(np.abs(p.mean(0) - mean) < 4 * sd / math.sqrt(4000 / 10))
+
+
+def test_exact_path_of_a_users_model_with_the_prior_against_enumeration() -> None:
+    """A model of your own (one attribute of three levels, 12 records, Laplace noise b = 2,
+    the Dirichlet prior with α = 0.5) on ``run_nuts``'s exact path: the counts' posterior
+    ``p(n | y) ∝ DirMult(n; N, α) ∏ Laplace(y − n)`` by enumeration (every table), and
+    ``E[p | y] = Σ_n p(n | y)(n + α)/(N + 3α)``; means within 0.10 (counts) and 0.012
+    (probabilities), as the Normal prior's test of the same path."""
+    net = MarkovNetwork({"a": 3}, [("a",)])
+    coding = conditional_coding(net)
+    total, b, alpha = 12, 2.0, 0.5
+    y = np.array([11.0, 0.5, -0.5])
+
+    def model(y):
+        phi = numpyro.sample("phi", ConditionalDirichlet(coding, alpha))
+        theta = numpyro.deterministic("theta", coding.to_theta(phi))
+        numpyro.deterministic("mu", jnp.exp(theta))
+        n = numpyro.sample("n", CollectiveGraphicalModel(net, theta, total, normalized=True))
+        numpyro.sample("y", LaplaceNoise(n, b), obs=y)
+
+    tables = compositions(total, 3)
+    log_w = (gammaln(total + 1) - gammaln(tables + 1).sum(-1) + gammaln(3 * alpha)
+             - gammaln(total + 3 * alpha) + (gammaln(tables + alpha) - gammaln(alpha)).sum(-1)
+             + laplace_loglik(tables, y, b))
+    n_mean, _ = moments(tables, log_w)
+    mu_mean = np.exp(log_w - logsumexp(log_w)) @ ((tables + alpha) / (total + 3 * alpha))
+    mcmc = run_nuts(model, jax.random.key(2), jnp.asarray(y), num_warmup=500,
+                    num_samples=4000, num_chains=2)
+    assert mcmc.path == "exact"
+    s = mcmc.get_samples()
+    assert_allclose(np.asarray(s["n"]).mean(0), n_mean, atol=0.10)
+    assert_allclose(np.asarray(s["mu"]).mean(0), mu_mean, atol=0.012)
+    assert mcmc.convergence.max_r_hat <= 1.01
 
 
 def test_concentration_is_the_root_of_the_moment_equation() -> None:
