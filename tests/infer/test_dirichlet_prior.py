@@ -78,7 +78,11 @@ def test_samples_follow_the_density(alpha: float) -> None:
     gof = auto_goodness_of_fit(np.asarray(draws), np.exp(np.asarray(one.log_prob(draws))))
     assert gof > 2e-5
     coding = conditional_coding(CHAIN)
-    draws = ConditionalDirichlet(coding, alpha).sample(jax.random.key(1), (20_000,))
+    prior = ConditionalDirichlet(coding, alpha)
+    draws = prior.sample(jax.random.key(1), (20_000,))
+    assert np.all(np.abs(np.asarray(draws).mean(0) - prior.mean)
+                  < 5 * np.sqrt(np.asarray(prior.variance) / len(draws)))
+    assert np.all(np.abs(np.asarray(draws).var(0) / prior.variance - 1) < 0.1)
     p = np.exp(np.asarray(coding.to_theta(draws)))
     for rows in coding.rows:
         k = rows.shape[1]

@@ -59,7 +59,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import gammaln
+from jax.scipy.special import gammaln, polygamma
 from numpyro.distributions import constraints
 from numpyro.distributions.batch_util import vmap_over
 from numpyro.distributions.distribution import Distribution
@@ -141,6 +141,12 @@ class ConditionalDirichlet(Distribution):
     def mean(self) -> Array:
         """``0`` for every log odds: the symmetric Dirichlet is exchangeable within a row."""
         return jnp.zeros(self.batch_shape + self.event_shape)
+
+    @property
+    def variance(self) -> Array:
+        """``2ψ′(α)`` for every log odds: the difference of two log-gamma variates."""
+        var = 2.0 * polygamma(1, self.concentration)
+        return jnp.broadcast_to(var[..., None], self.batch_shape + self.event_shape)
 
 
 @vmap_over.register
