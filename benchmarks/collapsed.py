@@ -33,9 +33,9 @@ concentration ``concentration_from_release`` reads from the release (the row rec
 what the same rule reads from the true tables).
 
 Run ``python -m benchmarks collapsed [--records 226051] [--eps 1] [--chains 2] [--warmup STEPS]
-[--draws 300] [--model library] [--prior normal] [--time-limit SECONDS]``; with ``--time-limit``, ``run_nuts``
-draws further batches until its convergence rule passes or the time is up; writes
-``collapsed-cpu.json`` (``--tag``) under ``--out``.
+[--draws 300] [--model library] [--prior normal] [--time-limit SECONDS]``; with
+``--time-limit``, ``run_nuts`` draws further batches until its convergence rule passes or the
+time is up; writes ``collapsed-cpu.json`` (``--tag``) under ``--out``.
 """
 
 from __future__ import annotations

@@ -38,7 +38,6 @@ from oracles.brute_force import BruteForce, features
 from scipy import stats
 
 from numpyro_dpgm import MarkovNetwork
-from numpyro_dpgm.infer.bayes import ConditionalDirichlet, conditional_coding
 from numpyro_dpgm.distributions import (
     CollectiveGraphicalModel,
     DiscreteGaussianNoise,
@@ -47,6 +46,7 @@ from numpyro_dpgm.distributions import (
     LaplaceNoise,
     MarkovRandomField,
 )
+from numpyro_dpgm.infer.bayes import ConditionalDirichlet, conditional_coding
 
 TEST_FAILURE_RATE = 2e-5  # NumPyro's, for every goodness-of-fit test
 
