@@ -24,6 +24,7 @@ from numpyro_dpgm._precision import Float32Warning
 from numpyro_dpgm.data import count_file
 from numpyro_dpgm.distributions import CollectiveGraphicalModel, GaussianNoise, LaplaceNoise
 from numpyro_dpgm.estimation import cgm_em, naive_mle, prox_pgm
+from numpyro_dpgm.infer.bayes import ConditionalDirichlet, conditional_coding
 from numpyro_dpgm.learners import learn_ising, learn_pairwise, private_frank_wolfe
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
 from numpyro_dpgm.mechanisms import mwem_pgm
@@ -337,7 +338,8 @@ def test_float32_mode_warns(float32_mode) -> None:
     assert theta.dtype == jnp.float32
     for call in (lambda: MarkovRandomField(NET, theta),
                  lambda: CollectiveGraphicalModel(NET, theta, 10),
-                 lambda: jt.log_partition(NET, theta)):
+                 lambda: jt.log_partition(NET, theta),
+                 lambda: ConditionalDirichlet(conditional_coding(NET), 0.5)):
         with pytest.warns(Float32Warning, match="numpyro.enable_x64"):
             call()
 

@@ -122,10 +122,45 @@ def test_draw_until_stops_when_done_and_before_the_deadline():
                          callback=lambda m, b: seen.append((b, m.get_samples()["x"].shape[0])))
     assert batches == 3 and seen == [(1, 50), (2, 100), (3, 150)]
     assert mcmc.get_samples()["x"].shape == (200,)
-    # a batch expected to end after the deadline does not start
+    # a batch whose first draw is expected to end after the deadline does not start
     assert draw_until(mcmc, lambda m: False, time.perf_counter() + 5.0, 10.0,
                       ("adapt_state.step_size", "num_steps")) == 0
     assert mcmc.get_samples()["x"].shape == (200,)
+
+
+def _slow_model():
+    """A Normal whose every density evaluation sleeps 2 ms on the host: a draw costs NUTS's
+    steps times that, whatever a forecast said."""
+    def slow(x):
+        time.sleep(0.002)
+        return x
+
+    x = numpyro.sample("x", dist.Normal(MEAN, SD))
+    numpyro.factor("slow", jax.pure_callback(slow, jax.ShapeDtypeStruct((), x.dtype),
+                                             0.0 * jax.lax.stop_gradient(x)))
+
+
+def test_draws_stop_at_the_deadline_when_they_cost_more_than_forecast():
+    """The first draws and a batch run in calls of at most ``DRAW_CHUNK`` draws with the clock
+    checked between them: with a forecast far too low (1 µs a draw) they stop within about one
+    call of the deadline, where one call of all the draws would have run on."""
+    from numpyro_dpgm.infer.bayes.extend import DRAW_CHUNK, draws_held
+
+    mcmc = MCMC(NUTS(_slow_model), num_warmup=20, num_samples=2000, progress_bar=False)
+    from numpyro_dpgm.infer.bayes.warmup import bounded_warmup
+
+    bounded_warmup(mcmc, jax.random.key(0), (), {}, deadline=float("inf"))
+    start = time.perf_counter()
+    first_draws(mcmc, jax.random.key(1), deadline=start + 2.0, pace=1e-6)
+    spent = time.perf_counter() - start
+    held = draws_held(mcmc)
+    assert DRAW_CHUNK <= held < 2000
+    assert spent < 2.0 + 2 * mcmc.draw_pace * DRAW_CHUNK + 1.0  # one call past, compile slack
+    # a batch the deadline cuts is the last one draw_until draws
+    start = time.perf_counter()
+    assert draw_until(mcmc, lambda m: False, start + 1.0, mcmc.draw_pace) == 1
+    assert held < draws_held(mcmc) < held + 2000  # cut short of its 2,000
+    assert time.perf_counter() - start < 1.0 + 2 * mcmc.draw_pace * DRAW_CHUNK
 
 
 def test_converged_needs_both_rhat_and_ess():

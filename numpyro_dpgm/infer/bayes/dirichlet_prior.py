@@ -65,6 +65,7 @@ from numpyro.distributions.batch_util import vmap_over
 from numpyro.distributions.distribution import Distribution
 from numpyro.distributions.util import promote_shapes, validate_sample
 
+from ..._precision import warn_if_float32
 from .conditional import ConditionalCoding
 
 __all__ = ["Concentration", "ConditionalDirichlet", "concentration_from_release"]
@@ -107,6 +108,8 @@ class ConditionalDirichlet(Distribution):
         self.coding = coding
         with jax.ensure_compile_time_eval():  # a concrete argument stays checkable under jit
             self.concentration = jnp.asarray(concentration, dtype=jnp.result_type(float))
+        if self.concentration.dtype == jnp.float32:
+            warn_if_float32("ConditionalDirichlet")
         super().__init__(jnp.shape(self.concentration), (coding.dim,),
                          validate_args=validate_args)
 

@@ -31,11 +31,18 @@ import numpy as np
 from numpyro.infer import MCMC
 from numpyro.util import is_prng_key, nested_attrgetter
 
-__all__ = ["SequentialChains", "chain_method_for", "draw_more", "draw_until", "first_draws",
-           "resolve_chain_method"]
+__all__ = ["DRAW_CHUNK", "SequentialChains", "chain_method_for", "draw_more", "draw_until",
+           "draws_held", "first_draws", "resolve_chain_method"]
 
 
-def draw_more(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> float:
+#: The most draws per chain in one compiled call: a batch is drawn in calls of at most this many
+#: (fewer where the time left at the last call's pace holds fewer), the clock checked between
+#: them, so a time limit is kept to within one call even where a draw costs more than forecast.
+DRAW_CHUNK = 25
+
+
+def draw_more(mcmc: MCMC, extra_fields: Sequence[str] = (), deadline: float | None = None,
+              ) -> float:
     """Draw ``mcmc.num_samples`` more per chain after the run's last draw; append them.
 
     Parameters
@@ -45,6 +52,10 @@ def draw_more(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> float:
     extra_fields : sequence of str
         The ``extra_fields`` the run collected: the batches must collect the same (no removed
         sites, ``"~z.…"``; the run must not thin its draws).
+    deadline : float, optional
+        A time of :func:`time.perf_counter`: no call of :data:`DRAW_CHUNK` draws or fewer
+        starts that is expected to end later (at least one draw per chain is made), so the
+        batch may hold fewer draws.
 
     Returns
     -------
@@ -56,22 +67,19 @@ def draw_more(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> float:
     NumPyro keeps the draws of its last ``run`` only, and a further ``run`` from
     ``mcmc.last_state`` compiles its sampling loop anew for every chain. This function steps
     the run's own kernel (``mcmc.sampler.sample`` with the run's model arguments) from
-    ``mcmc.last_state`` in one program per batch size, chains as the run ran them (one after
-    another, in parallel on one device each, or vectorised), compiled once per run and batch
-    size; it collects the fields the run collected (the sample field through the kernel's
-    ``postprocess_fn``, so deterministic sites too) and holds the earlier draws and the new ones
-    together, chain by chain, with the new last state.
+    ``mcmc.last_state`` in one program of up to :data:`DRAW_CHUNK` steps per call, chains as
+    the run ran them (one after another, in parallel on one device each, or vectorised),
+    compiled once per run; it collects the fields the run collected (the sample field through
+    the kernel's ``postprocess_fn``, so deterministic sites too) and holds the earlier draws and
+    the new ones together, chain by chain, with the new last state. ``mcmc.draw_pace`` is then
+    the seconds a draw of every chain took in the last call.
     """
     if mcmc.last_state is None:
         raise ValueError("draw_more continues a run: call mcmc.run(...) first")
-    if mcmc.thinning != 1 or any(f.startswith("~") for f in extra_fields):
-        raise ValueError("draw_more continues runs without thinning or removed sites "
-                         f"(thinning={mcmc.thinning}, extra_fields={tuple(extra_fields)})")
-    fields = tuple(dict.fromkeys((mcmc.sampler.sample_field, *mcmc.sampler.default_fields,
-                                  *extra_fields)))
+    fields = _fields(mcmc, extra_fields, "draw_more continues runs")
     start = time.perf_counter()
-    last, states = _batch_program(mcmc, mcmc.num_samples, fields)(mcmc.last_state)
-    states = jax.block_until_ready(states)
+    last, states = _draw(mcmc, mcmc.last_state, mcmc.num_samples, fields, deadline,
+                         getattr(mcmc, "draw_pace", None))
     seconds = time.perf_counter() - start
     mcmc._last_state = last
     mcmc._states = jax.tree.map(lambda a, b: np.concatenate([a, b], axis=1), mcmc._states,
@@ -81,15 +89,32 @@ def draw_more(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> float:
 
 
 def first_draws(mcmc: MCMC, rng_key: jax.Array, model_args: tuple = (),
-                model_kwargs: dict | None = None, extra_fields: Sequence[str] = ()) -> float:
+                model_kwargs: dict | None = None, extra_fields: Sequence[str] = (), *,
+                deadline: float | None = None, pace: float | None = None,
+                compile_seconds: float = 0.0, at_least: int = 1) -> float:
     """``mcmc.run(rng_key, *model_args, extra_fields=..., **model_kwargs)`` after a warm-up
     held in ``mcmc.post_warmup_state``, in the compiled program of :func:`draw_more`.
 
     The draws are ``mcmc.run``'s (the same keys: one per chain, split from ``rng_key`` as
     ``run`` splits it), and ``get_samples``, ``get_extra_fields`` and ``last_state`` read as after
-    ``run``; but the program is the one every later batch of :func:`draw_more` of the same size
-    uses, so a run that draws further batches compiles its sampling loop once, not twice
-    (``run`` compiles a loop of its own).
+    ``run``; but the program is the one every later batch of :func:`draw_more` uses, so a run
+    that draws further batches compiles its sampling loop once, not twice (``run`` compiles a
+    loop of its own).
+
+    Parameters
+    ----------
+    mcmc, rng_key, model_args, model_kwargs, extra_fields
+        As ``mcmc.run`` takes them.
+    deadline : float, optional
+        A time of :func:`time.perf_counter`: the draws stop where the next call of the program
+        is expected to end later (after ``at_least`` draws per chain), so there may be fewer than
+        ``mcmc.num_samples``.
+    pace : float, optional
+        The expected seconds of one draw of every chain, for the first call's size.
+    compile_seconds : float
+        The expected compilation of the first call.
+    at_least : int
+        The fewest draws per chain, whatever the deadline.
 
     Returns
     -------
@@ -99,29 +124,66 @@ def first_draws(mcmc: MCMC, rng_key: jax.Array, model_args: tuple = (),
     state = mcmc.post_warmup_state
     if state is None:
         raise ValueError("first_draws continues a warm-up: set mcmc.post_warmup_state first")
-    if mcmc.thinning != 1 or any(f.startswith("~") for f in extra_fields):
-        raise ValueError("first_draws draws without thinning or removed sites "
-                         f"(thinning={mcmc.thinning}, extra_fields={tuple(extra_fields)})")
+    fields = _fields(mcmc, extra_fields, "first_draws draws")
     mcmc._args, mcmc._kwargs = tuple(model_args), dict(model_kwargs or {})
     if mcmc.num_chains > 1 and is_prng_key(rng_key):
         rng_key = jax.random.split(rng_key, mcmc.num_chains)
-    fields = tuple(dict.fromkeys((mcmc.sampler.sample_field, *mcmc.sampler.default_fields,
-                                  *extra_fields)))
     start = time.perf_counter()
-    last, states = _batch_program(mcmc, mcmc.num_samples, fields)(
-        state._replace(rng_key=rng_key))
-    mcmc._last_state, mcmc._states = jax.block_until_ready((last, states))
+    mcmc._last_state, mcmc._states = _draw(
+        mcmc, state._replace(rng_key=rng_key), mcmc.num_samples, fields, deadline, pace,
+        compile_seconds, at_least)
     mcmc._states_flat = None
     return time.perf_counter() - start
 
 
-def _batch_program(mcmc: MCMC, num_samples: int, fields: tuple[str, ...]) -> Callable:
-    """``state -> (last state, draws grouped by chain)``: ``num_samples`` steps of the run's
-    kernel per chain, compiled once per run, batch size and fields (kept on ``mcmc``)."""
+def _fields(mcmc: MCMC, extra_fields: Sequence[str], what: str) -> tuple[str, ...]:
+    """The fields a run collects (sample field, the kernel's defaults, ``extra_fields``)."""
+    if mcmc.thinning != 1 or any(f.startswith("~") for f in extra_fields):
+        raise ValueError(f"{what} without thinning or removed sites "
+                         f"(thinning={mcmc.thinning}, extra_fields={tuple(extra_fields)})")
+    return tuple(dict.fromkeys((mcmc.sampler.sample_field, *mcmc.sampler.default_fields,
+                                *extra_fields)))
+
+
+def _draw(mcmc: MCMC, state: Any, count: int, fields: tuple[str, ...],
+          deadline: float | None, pace: float | None, compile_seconds: float = 0.0,
+          at_least: int = 1) -> tuple[Any, dict[str, Any]]:
+    """Up to ``count`` draws per chain from ``state`` in calls of :func:`_batch_program`, the
+    clock checked between calls; ``(last state, draws grouped by chain)``. Sets
+    ``mcmc.draw_pace`` (seconds per draw of every chain in the last call that did not compile)."""
+    program = _batch_program(mcmc, fields)
+    compiles = not getattr(program, "ran", False)
+    parts, drawn = [], 0
+    while drawn < count:
+        left = np.inf if deadline is None else deadline - time.perf_counter()
+        left -= compile_seconds if compiles else 0.0
+        fits = DRAW_CHUNK if pace is None or left >= DRAW_CHUNK * pace else int(left / pace)
+        n = min(DRAW_CHUNK, count - drawn, max(fits, at_least - drawn))
+        if n < 1:
+            break
+        began = time.perf_counter()
+        state, part = jax.block_until_ready(program(state, n))
+        seconds = time.perf_counter() - began
+        if not compiles:
+            pace = mcmc.draw_pace = seconds / n
+        elif pace is None:  # an upper bound until a call that does not compile says better
+            pace = seconds / n
+        compiles = False
+        program.ran = True
+        parts.append(jax.tree.map(lambda x, n=n: np.asarray(x)[:, :n], part))
+        drawn += n
+    if not hasattr(mcmc, "draw_pace") and pace is not None:
+        mcmc.draw_pace = pace
+    return state, jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *parts)
+
+
+def _batch_program(mcmc: MCMC, fields: tuple[str, ...]) -> Callable:
+    """``(state, n) -> (last state, draws grouped by chain)``: ``n ≤`` :data:`DRAW_CHUNK` steps
+    of the run's kernel per chain (the draws beyond ``n`` are padding), compiled once per run
+    and fields (kept on ``mcmc``)."""
     programs = mcmc.__dict__.setdefault("_draw_more_programs", {})
-    key = (num_samples, fields)
-    if key in programs:
-        return programs[key]
+    if fields in programs:
+        return programs[fields]
     sampler, args, kwargs = mcmc.sampler, mcmc._args, mcmc._kwargs
     postprocess = sampler.postprocess_fn(args, kwargs)
     getter = nested_attrgetter(*fields)
@@ -131,27 +193,38 @@ def _batch_program(mcmc: MCMC, num_samples: int, fields: tuple[str, ...]) -> Cal
         values[0] = postprocess(values[0])
         return dict(zip(fields, values, strict=True))
 
-    def chain(state: Any) -> tuple[Any, dict[str, Any]]:
-        def step(carry: Any, _: None) -> tuple[Any, dict[str, Any]]:
-            carry = sampler.sample(carry, args, kwargs)
+    def chain(state: Any, n: Any) -> tuple[Any, dict[str, Any]]:
+        def step(carry: Any, i: Any) -> tuple[Any, dict[str, Any]]:
+            carry = jax.lax.cond(i < n, lambda s: sampler.sample(s, args, kwargs),
+                                 lambda s: s, carry)
             return carry, collect(carry)
 
-        return jax.lax.scan(step, state, None, length=num_samples)
+        return jax.lax.scan(step, state, np.arange(DRAW_CHUNK))
 
     if mcmc.num_chains == 1:
-        def one(state: Any) -> tuple[Any, dict[str, Any]]:
-            last, draws = chain(state)
+        def one(state: Any, n: Any) -> tuple[Any, dict[str, Any]]:
+            last, draws = chain(state, n)
             return last, jax.tree.map(lambda x: x[None], draws)
 
         program = jax.jit(one)
     elif mcmc.chain_method == "parallel":
-        program = jax.pmap(chain)
+        program = jax.pmap(chain, in_axes=(0, None))
     elif mcmc.chain_method == "vectorized":
-        program = jax.jit(jax.vmap(chain))
+        program = jax.jit(jax.vmap(chain, in_axes=(0, None)))
     else:
-        program = jax.jit(lambda states: jax.lax.map(chain, states))
-    programs[key] = program
-    return program
+        program = jax.jit(lambda states, n: jax.lax.map(lambda s: chain(s, n), states))
+    programs[fields] = _Program(program)
+    return programs[fields]
+
+
+class _Program:
+    """A compiled batch program that remembers whether it has run (compiled) yet."""
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn, self.ran = fn, False
+
+    def __call__(self, state: Any, n: int) -> Any:
+        return self.fn(state, n)
 
 
 class SequentialChains:
@@ -197,7 +270,7 @@ def chain_method_for(method: str, num_chains: int, progress_bar: bool) -> Any:
 
 
 def draw_until(
-    mcmc: MCMC, done: Callable[[MCMC], bool], deadline: float, first_batch: float,
+    mcmc: MCMC, done: Callable[[MCMC], bool], deadline: float, pace: float,
     extra_fields: Sequence[str] = (),
     callback: Callable[[MCMC, int], None] | None = None,
 ) -> int:
@@ -210,10 +283,12 @@ def draw_until(
     done : callable
         ``done(mcmc) -> bool``: true when the draws so far suffice (checked before each batch).
     deadline : float
-        A time of :func:`time.perf_counter`: no batch starts that is expected to end later.
-    first_batch : float
-        Expected seconds of the first batch (later batches are expected to take as long as the
-        last one did).
+        A time of :func:`time.perf_counter`: no batch starts where one draw of every chain is
+        expected to end later, and a batch stops short at it (:func:`draw_more`; the last
+        batch then).
+    pace : float
+        Expected seconds of one draw of every chain in the first batch (``mcmc.draw_pace``
+        where the run has one).
     extra_fields : sequence of str
         As the run collected them.
     callback : callable, optional
@@ -224,10 +299,17 @@ def draw_until(
     int
         The batches drawn.
     """
-    batches, expected = 0, first_batch
-    while not done(mcmc) and time.perf_counter() + expected <= deadline:
+    batches, cut = 0, False
+    while not cut and not done(mcmc) and time.perf_counter() + pace <= deadline:
         batches += 1
         if callback is not None:
             callback(mcmc, batches)
-        expected = draw_more(mcmc, extra_fields)
+        held = draws_held(mcmc)
+        draw_more(mcmc, extra_fields, deadline)
+        pace, cut = mcmc.draw_pace, draws_held(mcmc) - held < mcmc.num_samples
     return batches
+
+
+def draws_held(mcmc: MCMC) -> int:
+    """Draws per chain that ``mcmc`` holds."""
+    return int(jax.tree.leaves(mcmc._states)[0].shape[1])

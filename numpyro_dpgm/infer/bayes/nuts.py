@@ -64,7 +64,13 @@ from .collapsed import gibbs_values as collapsed_gibbs_values
 from .conditional import ConditionalCoding
 from .count_gibbs import CGMGibbs, RecordMoves
 from .count_sites import CountSiteError, count_networks, split_sites
-from .extend import chain_method_for, draw_until, first_draws, resolve_chain_method
+from .extend import (
+    chain_method_for,
+    draw_until,
+    draws_held,
+    first_draws,
+    resolve_chain_method,
+)
 from .gibbs import exact_kernel
 from .initialization import init_to_interior, init_values
 from .interweave import released_noise_share
@@ -379,17 +385,16 @@ def run_nuts(
         (:func:`~.warmup.bounded_warmup`) and stops, keeping what it has adapted, once it has
         used :data:`WARMUP_SHARE` of the limit (:data:`WARMUP_SHARE_FIXED_METRIC` with the
         Laplace metric; with a ``ConvergenceWarning``; ``mcmc.warmup_steps``
-        says how far each chain got); the first draws are cut to what the time left is
-        expected to hold at the pace of warm-up's last steps (those with the adapted step
-        size), after a compilation as long as warm-up's, but not below
-        :data:`MIN_FIRST_DRAWS` (with a ``ConvergenceWarning`` when cut). After the first
-        draws, keep drawing batches of as many draws per chain (:func:`~.extend.draw_until`:
-        no new warm-up; the first draws and every batch run one compiled program,
-        :func:`~.extend.first_draws`) while some parameter or latent cell has a split R-hat
-        above 1.01 or a bulk ESS below ``target_ess``, as long as the next batch is expected to
-        end within ``time_limit`` of the call's start (the first one is expected to take as
-        long as the first draws did less a compilation as long as warm-up's, later ones as
-        long as the last batch).
+        says how far each chain got). The first draws and every further batch run one
+        compiled program (:func:`~.extend.first_draws`) in calls of at most
+        :data:`~.extend.DRAW_CHUNK` draws, sized to what the time left holds at the last
+        call's pace (the first at the pace of warm-up's last steps, after a compilation as long
+        as warm-up's), with the clock checked between calls: the first draws stop at the
+        limit, but not below :data:`MIN_FIRST_DRAWS` per chain (with a ``ConvergenceWarning``
+        when cut). After them, keep drawing batches of as many draws per chain
+        (:func:`~.extend.draw_until`: no new warm-up) while some parameter or latent cell has a
+        split R-hat above 1.01 or a bulk ESS below ``target_ess``, the last batch stopping short
+        at the limit. So the run ends within about one call of the limit.
         ``None`` (default): exactly ``num_samples`` draws per chain.
     target_ess : float
         The bulk ESS that ``time_limit``'s batches aim for (default 400).
@@ -533,11 +538,10 @@ def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: fl
             m.convergence = _figures(m, sampled, max_tree_depth)
             return converged(m.convergence, target_ess)
 
-        # the first batch (as many draws as the first run, in its compiled program) is
-        # expected to take as long as the first draws did without their compilation; without
-        # a timed first run (no warm-up), as long as the whole call so far
-        first = getattr(mcmc, "batch_seconds", spent)
-        mcmc.batches = draw_until(mcmc, done, started + time_limit, first, fields, callback)
+        # a draw of every chain is expected to take what it took in the first draws; without
+        # timed first draws (no warm-up), the whole call so far spread over them
+        pace = getattr(mcmc, "draw_pace", spent / max(mcmc.num_samples, 1))
+        mcmc.batches = draw_until(mcmc, done, started + time_limit, pace, fields, callback)
     if check and time_limit is None:  # draw_until's last check saw every draw
         mcmc.convergence = _figures(mcmc, sampled, max_tree_depth)
     if check:
@@ -606,26 +610,22 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
             "step size and mass matrix are those adapted so far. Remedy: a longer time_limit, "
             "or fewer warm-up steps", ConvergenceWarning, stacklevel=5)
     # a draw costs what a step at the end of warm-up cost (the adapted step size: early
-    # warm-up steps are cheaper or dearer), and the draws' loop compiles about as long as
-    # warm-up's step did; parallel chains run side by side
+    # warm-up steps are cheaper or dearer), and the draws' program compiles about as long as
+    # warm-up's step did; parallel chains run side by side. The draws run in the program of
+    # the further batches (draw_more's), in calls the clock is checked between.
     side_by_side = mcmc.num_chains if mcmc.chain_method == "parallel" else 1
-    per_round = warm.step_seconds * mcmc.num_chains / side_by_side
-    left = deadline - time.perf_counter() - warm.compile_seconds
-    fit = int(left / max(per_round, 1e-9))
     asked = mcmc.num_samples
-    mcmc.num_samples = max(min(asked, fit), MIN_FIRST_DRAWS)
+    mcmc.draws_seconds = first_draws(
+        mcmc, k_run, model_args, model_kwargs, fields, deadline=deadline,
+        pace=warm.step_seconds * mcmc.num_chains / side_by_side,
+        compile_seconds=warm.compile_seconds, at_least=MIN_FIRST_DRAWS)
+    mcmc.num_samples = draws_held(mcmc)
     if mcmc.num_samples < asked:
         warnings.warn(
-            f"run_nuts: the first draws were cut to {mcmc.num_samples} of {asked} per chain, "
-            f"which is what the time left is expected to hold (a step took "
-            f"{warm.step_seconds:.3g} s at the end of warm-up). Remedy: a longer time_limit, "
-            "or fewer warm-up steps", ConvergenceWarning, stacklevel=5)
-    # the draws run in the program of the further batches (draw_more's), compiled once here
-    mcmc.draws_seconds = first_draws(mcmc, k_run, model_args, model_kwargs, fields)
-    # a batch of as many draws costs the draws without their compilation, which took about
-    # as long as warm-up's (the same kernel step), but not less than warm-up's pace gives
-    mcmc.batch_seconds = max(mcmc.draws_seconds - warm.compile_seconds,
-                             per_round * mcmc.num_samples)
+            f"run_nuts: the first draws stopped at {mcmc.num_samples} of {asked} per chain, "
+            f"to keep within time_limit (a draw of every chain took {mcmc.draw_pace:.3g} s). "
+            "Remedy: a longer time_limit, or fewer warm-up steps", ConvergenceWarning,
+            stacklevel=5)
 
 
 def user_collapse(model: Callable[..., Any], model_args: tuple = (),
