@@ -190,6 +190,37 @@ def test_appgm_on_a_tree_recovers_the_model():
         np.testing.assert_allclose(np.asarray(fit.model.marginal(c)), want, atol=1e-3)
 
 
+def test_appgm_model_fit_oracle_keeps_the_oracles_fit():
+    """``model_fit="oracle"`` skips the maximum-entropy model: the same iterations and
+    pseudo-marginals, the oracle's ``θ̂`` as the model; a bad choice is refused."""
+    rng = np.random.default_rng(3)
+    ms = table_measurements(CHAIN, rng.normal(size=CHAIN.num_params), 1000.0, Gaussian(1.0))
+    options = dict(total_count=1000.0, max_iters=200, oracle="convex_gbp", tol=0.0)
+    full = prox_pgm(ms, CHAIN, **options)
+    kept = prox_pgm(ms, CHAIN, **options, model_fit="oracle")
+    assert kept.extras["model_fit"] == "oracle" and full.extras["model_fit"] == "max_entropy"
+    for c in CHAIN.cliques:
+        np.testing.assert_array_equal(np.asarray(kept.extras["marginals"][c]),
+                                      np.asarray(full.extras["marginals"][c]))
+    assert not np.allclose(np.asarray(kept.theta), np.asarray(full.theta))
+    with pytest.raises(ValueError, match="model_fit must be one of"):
+        prox_pgm(ms, CHAIN, **options, model_fit="mle")
+
+
+def test_maximum_entropy_model_that_does_not_converge_says_so():
+    """A maximum-entropy fit cut before its tolerance warns and is marked in ``model_fit``."""
+    from numpyro_dpgm.estimation.prox_pgm import ProxPGMConvergenceWarning, _max_entropy_model
+    from numpyro_dpgm.oracles import junction_tree as jt
+
+    theta = np.random.default_rng(3).normal(size=CHAIN.num_params)
+    pseudo = CHAIN.flatten(jt.marginals(CHAIN, jnp.asarray(theta)))
+    with pytest.warns(ProxPGMConvergenceWarning, match="did not converge in 2 L-BFGS"):
+        _, how = _max_entropy_model(CHAIN, pseudo, jnp.zeros(CHAIN.num_params), max_iters=2)
+    assert how == "max_entropy (not converged)"
+    fitted, how = _max_entropy_model(CHAIN, pseudo, jnp.zeros(CHAIN.num_params))
+    assert how == "max_entropy"  # the same fit with its 1,000 iterations converges
+
+
 def test_noiseless_measurements_give_the_maximum_entropy_distribution():
     """Pairwise tables of a joint with a 4-way interaction: the fit is the I-projection."""
     rng = np.random.default_rng(1)
