@@ -707,7 +707,8 @@ def test_nuts_draws_batches_until_converged_within_the_time_limit(tmp_path):
     assert (f"{options['draws']} posterior draws (2 chain(s), then {options['batches']} further "
             "batch(es) of 40 draws per chain to converge") in output
     assert re.search(r"after 80 draws: worst R-hat \d\.\d{3}, smallest bulk ESS \d+ \(aim: "
-                     r"≤ 1\.01 and ≥ 400\); batch 1 of 40 more draws per chain", output)
+                     r"≤ 1\.01 and ≥ 400\); batch 1 of 40 more draws per chain, \d+ s left of "
+                     r"the time limit", output)
     _fails(["fit", meas, "--method", "nuts", "--time-limit", -1, "-o", tmp_path / "x.json"],
            "--time-limit must be 0 or more seconds", tmp_path / "x.json")
     _fails(["fit", meas, "--method", "nuts", "--keep-draws", -1, "-o", tmp_path / "x.json"],

@@ -307,14 +307,16 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
         bayes = bayes.with_relaxation("normal")
     until = (f", then batches of {draws} more until converged (up to {time_limit:g} s)"
              if time_limit else "")
+    limit = _left(time_limit, started)
     with mcmc_progress(f"NUTS, {chosen} path: {chains} chain(s) × ({draws} warm-up + {draws} "
                         f"draws){until}") as bar:
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
                         num_chains=chains, init=start, progress_bar=bar,
                         target_accept_prob=target_accept,
                         exact=chosen == "exact", collapsed=chosen == "collapsed",
-                        time_limit=_left(time_limit, started),
-                        callback=_batch_line, warmup_callback=_warmup_lines())
+                        time_limit=limit,
+                        callback=_batch_lines(time.perf_counter() + (limit or 0.0)),
+                        warmup_callback=_warmup_lines())
     figures = mcmc.convergence
     models = posterior_models(mcmc, network)
     drawn = models.batch_shape[0]
@@ -389,13 +391,20 @@ def _warmup_lines() -> Any:
     return line
 
 
-def _batch_line(mcmc: Any, batch: int) -> None:
-    """A line before each further batch of NUTS draws: where the run stands."""
-    fig = mcmc.convergence
-    err_console.print(f"after {fig.num_draws} draws: worst R-hat {fig.max_r_hat:.3f}, smallest "
-                      f"bulk ESS {fig.min_ess_bulk:.0f} (aim: ≤ 1.01 and ≥ 400); batch {batch} "
-                      f"of {mcmc.num_samples} more draws per chain", highlight=False,
-                      soft_wrap=True)
+def _batch_lines(deadline: float) -> Any:
+    """``run_nuts``'s ``callback``: a line before each further batch of NUTS draws, where the
+    run stands and the time left before ``deadline`` (a :func:`time.perf_counter` time)."""
+
+    def line(mcmc: Any, batch: int) -> None:
+        fig = mcmc.convergence
+        left = max(deadline - time.perf_counter(), 0.0)
+        err_console.print(f"after {fig.num_draws} draws: worst R-hat {fig.max_r_hat:.3f}, "
+                          f"smallest bulk ESS {fig.min_ess_bulk:.0f} (aim: ≤ 1.01 and ≥ 400); "
+                          f"batch {batch} of {mcmc.num_samples} more draws per chain, "
+                          f"{left:.0f} s left of the time limit", highlight=False,
+                          soft_wrap=True)
+
+    return line
 
 
 def _run_fit(method: str, measurements: list[Any], network: Any, total: float | None,

@@ -152,7 +152,7 @@ def _draw(mcmc: MCMC, state: Any, count: int, fields: tuple[str, ...],
     clock checked between calls; ``(last state, draws grouped by chain)``. Sets
     ``mcmc.draw_pace`` (seconds per draw of every chain in the last call that did not compile)."""
     program = _batch_program(mcmc, fields)
-    compiles = not getattr(program, "ran", False)
+    compiles = not program.ran
     parts, drawn = [], 0
     while drawn < count:
         left = np.inf if deadline is None else deadline - time.perf_counter()
