@@ -97,29 +97,41 @@ def gradient_ms(model: Any, repeats: int = 30) -> dict[str, Any]:
     import jax.numpy as jnp
     from jax.scipy.stats import multivariate_normal
 
-    from numpyro_dpgm.infer.bayes.collapsed import CollapsedModel
-    from numpyro_dpgm.infer.bayes.collapsed_tree import tree_answers, tree_log_likelihood
+    from numpyro_dpgm.infer.bayes.collapse import collapse_plan
+    from numpyro_dpgm.infer.bayes.collapsed_tree import (
+        TreeReleaseNormal,
+        tree_answers,
+        tree_log_likelihood,
+    )
+    from numpyro_dpgm.infer.bayes.nuts import released_log_odds
 
-    cm = CollapsedModel(model)
     y, v = jnp.asarray(model.y), 2.0 * jnp.asarray(model.noise_scales) ** 2
-    total = float(model.total_count)
+    site = collapse_plan(model.with_cgm(False), (), {"y": model.y}).sites[0]
+    total, fns = site.total, site.functions
 
-    def tree(w: Any) -> Any:
-        return cm.release(cm.phi(w), v).log_prob(y)
+    def conditionals(phi: Any) -> Any:
+        theta = model.latent_theta(model.coding.to_theta(phi))
+        return fns.conditionals(theta, model.normalized)
 
-    def tree_factors(w: Any) -> Any:
-        release = cm.release(cm.phi(w), v)
-        return tree_log_likelihood(cm.tree, release.conditionals, total, y - release.loc, v,
+    def release(phi: Any) -> Any:
+        return TreeReleaseNormal(site.tree, conditionals(phi), total, v, functions=fns.tree)
+
+    def tree(phi: Any) -> Any:
+        return release(phi).log_prob(y)
+
+    def tree_factors(phi: Any) -> Any:
+        law = release(phi)
+        return tree_log_likelihood(site.tree, law.conditionals, total, y - law.loc, v,
                                    structured=False)
 
-    def dense(w: Any) -> Any:
-        conds = cm.conditionals(cm.phi(w))
-        loc, jvp = jax.linearize(lambda z: tree_answers(cm.tree, conds, total, z),
-                                 jnp.zeros(cm.plan.dim))
-        factor = jax.vmap(jvp, out_axes=1)(jnp.eye(cm.plan.dim))
+    def dense(phi: Any) -> Any:
+        conds = conditionals(phi)
+        loc, jvp = jax.linearize(lambda z: tree_answers(site.tree, conds, total, z),
+                                 jnp.zeros(site.dim))
+        factor = jax.vmap(jvp, out_axes=1)(jnp.eye(site.dim))
         return multivariate_normal.logpdf(y, loc, factor @ factor.T + jnp.diag(v))
 
-    w = jnp.zeros(model.coding.dim)
+    w = released_log_odds(model)  # where the library's search for the mode starts
     fns = {name: jax.jit(jax.value_and_grad(fn))
            for name, fn in (("tree", tree), ("tree_factors", tree_factors),
                             ("dense", dense))}

@@ -95,7 +95,6 @@ LAYERS = {
     "numpyro_dpgm.infer.bayes.laplace_mixture": INFER,
     "numpyro_dpgm.infer.bayes.laplace_metric": INFER,
     "numpyro_dpgm.infer.bayes.laplace": INFER,
-    "numpyro_dpgm.infer.bayes.collapsed": INFER,
     "numpyro_dpgm.infer.bayes.checks": INFER,
     "numpyro_dpgm.infer.bayes.extend": INFER,
     "numpyro_dpgm.infer.bayes.warmup": INFER,

@@ -1,4 +1,4 @@
-"""The collapsed Gibbs sampler (:mod:`numpyro_dpgm.infer.bayes.collapsed`) against closed forms.
+"""The collapsed Gibbs sampler (:mod:`numpyro_dpgm.infer.bayes.collapse`) against closed forms.
 
 * The release's Gaussian log likelihood ``log N(y; Nμ, Q NΣ Qᵀ + diag v)`` by the junction-tree
   pass (:mod:`~numpyro_dpgm.infer.bayes.collapsed_tree`) and its gradient against a dense
@@ -40,14 +40,18 @@ from numpyro_dpgm.distributions import (
 )
 from numpyro_dpgm.infer.bayes import noisy_marginals_model, run_nuts
 from numpyro_dpgm.infer.bayes.collapse import collapse, collapse_plan
-from numpyro_dpgm.infer.bayes.collapsed import CollapsedModel
-from numpyro_dpgm.infer.bayes.collapsed_tree import release_tree, tree_log_likelihood
+from numpyro_dpgm.infer.bayes.collapsed_tree import (
+    TreeReleaseNormal,
+    release_tree,
+    tree_log_likelihood,
+)
 from numpyro_dpgm.infer.bayes.count_sites import CountSiteError
 from numpyro_dpgm.infer.bayes.laplace_mixture import inverse_gaussian, noise_variances
 from numpyro_dpgm.infer.bayes.nuts import (
     choose_path,
     collapsed_fit,
     collapsed_size,
+    released_log_odds,
     user_collapse,
 )
 from numpyro_dpgm.infer.diagnostics import to_inference_data
@@ -133,6 +137,29 @@ RELEASES = {"chain": lambda: (NET, release(one_way=True)), "star": star_release,
             "forest": forest_release}
 
 
+class Passes:
+    """The collapse plan's passes for the library's model (its one count site ``n``), as
+    :class:`~numpyro_dpgm.infer.bayes.collapse.collapse` runs them."""
+
+    def __init__(self, model):
+        self.model = model
+        self.site = collapse_plan(model.with_cgm(False), (), {"y": model.y}).sites[0]
+        self.tree, self.plan = self.site.tree, self.site.tree.plan
+
+    def release(self, phi, v):
+        """The answers' law at ``φ`` and noise variances ``v``, the tables integrated out."""
+        theta = self.model.latent_theta(self.model.coding.to_theta(phi))
+        conds = self.site.functions.conditionals(theta, self.model.normalized)
+        return TreeReleaseNormal(self.tree, conds, self.site.total, v,
+                                 functions=self.site.functions.tree)
+
+    def conditional_tables(self, release, y, xi):
+        """``n`` drawn from its conditional given ``(θ, v, y)`` at standard normal ``ξ``."""
+        fns = self.site.functions
+        z = fns.tree.coordinates(release.conditionals, y - release.loc, release.cov_diag, xi)
+        return fns.tables(release.conditionals, z)
+
+
 @pytest.fixture(scope="module", params=list(RELEASES))
 def setup(request):
     net, ms = RELEASES[request.param]()
@@ -140,7 +167,7 @@ def setup(request):
     rng = np.random.default_rng(1)
     phi = jnp.asarray(rng.normal(0.0, 0.7, model.coding.dim))
     v = jnp.asarray(rng.uniform(2.0, 30.0, model.y.size))
-    return model, CollapsedModel(model), phi, v
+    return model, Passes(model), phi, v
 
 
 def test_log_likelihood_and_gradient_match_dense(setup):
@@ -184,11 +211,10 @@ def test_structured_pass_matches_dense_factors_at_real_size(star):
     ~10⁴, noise variance 18: the scales where cancellation would show)."""
     net, ms, total = real_size_release(star)
     model = noisy_marginals_model(net, ms, total)
-    cm = CollapsedModel(model)
+    cm = Passes(model)
     y = jnp.asarray(model.y)
-    rng = np.random.default_rng(2)
-    phi = jnp.asarray(cm.phi0) + 0.3 * jnp.asarray(cm.scale) * jnp.asarray(
-        rng.normal(size=model.coding.dim))
+    rng = np.random.default_rng(2)  # near the released log odds, at a posterior's spread
+    phi = released_log_odds(model) + 0.02 * jnp.asarray(rng.normal(size=model.coding.dim))
     v = jnp.asarray(rng.uniform(5.0, 60.0, y.size))
 
     def log_lik(phi, v, structured):
@@ -209,29 +235,32 @@ def test_structured_pass_matches_dense_factors_at_real_size(star):
 def test_release_tree_refuses_an_answer_across_cliques():
     """An answer that reads two junction-tree cliques cannot be assigned to one."""
     model = noisy_marginals_model(NET, release(), TOTAL)
-    plan = CollapsedModel(model).plan
+    plan = Passes(model).plan
     with pytest.raises(ValueError, match="reads the tables of"):
         release_tree(plan, lambda n: jnp.sum(n, keepdims=True))
 
 
 def test_gaussian_noise_model_density():
-    """With Gaussian noise, ``v = σ²`` is fixed: the model's ``y`` site is the dense law."""
+    """With Gaussian noise, ``v = σ²`` is fixed: under ``collapse`` the library's model has no
+    ``n_v`` site, and its ``n_release`` site is the dense law."""
     model = noisy_marginals_model(NET, release(Gaussian(3.0)), TOTAL)
-    cm = CollapsedModel(model)
+    exact = model.with_cgm(False)
+    kwargs = {"y": model.y}
+    plan = collapse_plan(exact, (), kwargs)
     phi = jnp.asarray(np.random.default_rng(3).normal(0.0, 0.5, model.coding.dim))
-    w = (phi - cm.phi0) / cm.scale
 
     sites = []
 
     @jax.jit
-    def densities(w):
-        _, trace = log_density(cm, (), {}, {"phi_std": w, "xi": jnp.zeros(cm.plan.dim)})
+    def densities(phi):
+        _, trace = log_density(collapse(exact, plan), (), kwargs,
+                               {"phi": phi, "n_xi": jnp.zeros(plan.dim)})
         sites.extend(trace)
-        site = trace["y"]
+        site = trace["n_release"]
         return site["fn"].log_prob(site["value"]), trace["phi"]["value"]
 
-    ours, phi_site = densities(w)
-    assert "v" not in sites and "n" in sites
+    ours, phi_site = densities(phi)
+    assert "n_v" not in sites and "n" in sites
     ref = jax.jit(dense_log_likelihood, static_argnums=0)(model, phi, jnp.full(model.y.size, 9.0))
     np.testing.assert_allclose(ours, ref, rtol=1e-10)
     np.testing.assert_allclose(phi_site, phi, rtol=1e-12)
@@ -343,7 +372,7 @@ def test_posterior_mu_matches_exact_path():
     mcmc = run_nuts(model, jax.random.key(2), collapsed=True, num_warmup=300,
                     num_samples=1500, num_chains=1, check=False)
     samples = mcmc.get_samples()
-    assert {"phi", "theta", "mu", "n", "v"} <= set(samples)
+    assert {"phi", "theta", "mu", "n", "n_v"} <= set(samples)
     assert mcmc.path == "collapsed" and mcmc.path_reason
     mean, se = mu_summary(mcmc)
     ref = np.asarray(EXACT_MU["mean"])
@@ -418,9 +447,7 @@ def test_choose_path_collapsed_by_rule():
     small = noisy_marginals_model(NET, release(), TOTAL)
     assert "coordinates" in collapsed_fit(small)
     reference = noisy_marginals_model(net, ms, 100_000, coding="reference")
-    assert choose_path(reference, None, reference.starting_point("uniform"))[0] != "collapsed"
-    with pytest.raises(ValueError, match="conditional coding"):
-        CollapsedModel(reference)
+    assert choose_path(reference, None, reference.starting_point("uniform"))[0] == "collapsed"
 
 
 def test_run_nuts_collapsed_by_default():
@@ -433,7 +460,7 @@ def test_run_nuts_collapsed_by_default():
         mcmc = run_nuts(model, jax.random.key(0), num_warmup=20, num_samples=20, num_chains=1)
     assert mcmc.path == "collapsed" and "large" in mcmc.path_reason
     samples = mcmc.get_samples()
-    assert {"phi", "theta", "mu", "n", "v", "xi", "phi_std"} <= set(samples)
+    assert {"phi", "theta", "mu", "n", "n_v", "n_xi"} <= set(samples)
     assert set(mcmc.get_extra_fields()) >= {"diverging", "num_steps"}
     n = np.asarray(samples["n"])
     assert np.allclose(n.sum(-1), 2 * 100_000)

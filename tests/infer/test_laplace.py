@@ -16,7 +16,6 @@ from numpyro_dpgm import MarkovNetwork
 from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
 from numpyro_dpgm.infer import run_laplace
 from numpyro_dpgm.infer.bayes import conditional_coding, noisy_marginals_model
-from numpyro_dpgm.infer.bayes.collapsed import preconditioner
 from numpyro_dpgm.measurements import Laplace, Measurement
 
 numpyro.enable_x64()
@@ -72,9 +71,9 @@ def test_mode_and_curvature_match_the_closed_form():
 
 
 def test_library_model_and_the_same_model_by_hand_share_the_mode():
-    """The library's model (:class:`~numpyro_dpgm.infer.bayes.collapsed.CollapsedModel`, in
-    preconditioned coordinates) and the same model written with the public distributions (the
-    :class:`~numpyro_dpgm.infer.bayes.collapse.collapse` handler): the same mode in ``φ``."""
+    """The library's model (its search started at the released log odds) and the same model
+    written with the public distributions (started at ``φ = 0``), both through the
+    :class:`~numpyro_dpgm.infer.bayes.collapse.collapse` handler: the same mode in ``φ``."""
     net = MarkovNetwork({"a": 2, "b": 3, "c": 2}, [("a", "b"), ("b", "c")])
     rng = np.random.default_rng(0)
     ab = np.array([[400.0, 100, 300], [200, 600, 400]])
@@ -97,9 +96,9 @@ def test_library_model_and_the_same_model_by_hand_share_the_mode():
     yours = run_laplace(by_hand, jax.random.key(0), y, num_samples=100)
     phi_lib = np.asarray(ours.samples["phi"])
     assert phi_lib.shape == (100, coding.dim) and ours.samples["n"].shape == (100, net.num_params)
-    phi0, scale = preconditioner(lib)
-    mode_lib = np.asarray(ours.laplace.mode["phi_std"]) * scale + phi0
-    np.testing.assert_allclose(mode_lib, np.asarray(yours.laplace.mode["phi"]), atol=1e-5)
+    # the same mode within the searches' tolerance: a thousandth of a posterior sd
+    gap = np.abs(np.asarray(ours.laplace.mode["phi"]) - np.asarray(yours.laplace.mode["phi"]))
+    assert np.all(gap <= 1e-3 * phi_lib.std(0)), (gap, phi_lib.std(0))
 
 
 def test_errors_say_what_is_wrong():

@@ -11,7 +11,8 @@ and :mod:`.extend` draws further batches until a run has converged;
 :mod:`.labels` names the cells of a network's flat layout. A model of your own with exact CGM
 sites runs :class:`.count_gibbs.CGMGibbs` (record moves within Gibbs, sites found by
 :mod:`.count_sites`), or on large releases the :class:`.collapse.collapse` handler (the tables
-integrated out of the update of the model's own parameters, :mod:`.collapsed`);
+integrated out of the update of the model's own parameters; the library's model takes the
+same path);
 :mod:`.laplace` is the fast approximate path, a Laplace approximation of that collapsed posterior.
 :mod:`.dirichlet_prior` is a Dirichlet prior on the conditional log odds whose concentration
 the release chooses.

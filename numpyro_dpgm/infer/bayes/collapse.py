@@ -1,10 +1,21 @@
-r"""The ``collapse`` effect handler: the exact CGM sites of a user's model integrated out.
+r"""The ``collapse`` effect handler: the exact CGM sites of a model integrated out.
 
-The collapsed path of :mod:`.collapsed`, for any NumPyro model whose latent tables are exact
+Where a release pins many counts, NUTS on ``(θ, n)`` jointly fails (on 226,051 records, 319
+cells, Laplace ε = 1: R-hat 108, every draw at the maximum depth) and record swaps crawl. The
+collapsed path samples an approximation of the model in which ``θ``'s update sees the release
+through a smooth, low-dimensional density, for any NumPyro model (the library's
+:class:`~.model.NoisyMarginalsModel` with exact tables among them) whose latent tables are exact
 :class:`~numpyro_dpgm.distributions.CollectiveGraphicalModel` sites read by Laplace or Gaussian
 noise sites (``LaplaceNoise``, ``GaussianNoise``, NumPyro's ``Laplace`` and ``Normal``) through
-``loc = J n + c`` (:func:`~.count_sites.count_layout`). Under :class:`collapse` each count site
-``n`` with log-potentials ``θ`` (whatever the model computes them from) becomes
+``loc = J n + c`` (:func:`~.count_sites.count_layout`):
+
+- the CGM of the tables is replaced by its normal relaxation
+  (:mod:`numpyro_dpgm.distributions.normal_cgm`): ``n = Nμ(θ) + L(θ) z`` with the CGM's exact
+  mean and covariance;
+- Laplace noise is a scale mixture, ``e_i ∣ v_i ∼ N(0, v_i)``, ``v_i ∼ Exp(1/(2b_i²))``
+  (Gaussian noise: ``v_i = σ_i²`` fixed);
+- so ``n`` integrates out. Under :class:`collapse` each count site ``n`` with log-potentials
+  ``θ`` (whatever the model computes them from) becomes
 
 .. math::
 
@@ -14,13 +25,26 @@ noise sites (``LaplaceNoise``, ``GaussianNoise``, NumPyro's ``Laplace`` and ``No
     \quad n = \mathrm{tables}_θ\big(z(θ, v, y, ξ)\big),                                  \tag{1}
 
 with the sites ``{name}_v``, ``{name}_xi`` (latent), ``{name}_release`` (observed: the density
-of the answers with the tables integrated out under the normal relaxation, by the tree pass of
-:mod:`.collapsed_tree`) and ``n`` itself deterministic: a draw from its exact conditional given
-``(θ, v, y)`` whenever ``ξ`` is standard normal (Gaussian answers: ``v_i = σ_i²``, no site).
-The noise sites stay in the trace, masked: their likelihood is in ``{name}_release``. Every
-other site of the model is untouched, so NUTS moves the user's parameters on a smooth target,
-and :func:`collapse_kernel` updates ``ξ`` and ``v`` exactly (the blocks of
-:class:`~.collapsed.CollapsedGibbs`).
+of the answers with the tables integrated out, by the tree pass of :mod:`.collapsed_tree`, one
+pass each way along the junction tree with a diagonal-plus-low-rank factor per clique, not the
+dense ``(Σ_K |K|)³``) and ``n`` itself deterministic: a draw from its exact conditional given
+``(θ, v, y)`` whenever ``ξ`` is standard normal and independent of ``(θ, v)``
+(:func:`~.collapsed_tree.tree_conditional_coordinates`: ``z`` drawn block by block from the
+root, ``ξ`` its standard normal input). The noise sites stay in the trace, masked: their
+likelihood is in ``{name}_release``. Every other site of the model is untouched.
+
+One MCMC step (:func:`collapse_kernel`, blocks of :class:`numpyro.infer.Gibbs`) leaves the
+joint posterior of the model's parameters, ``v`` and ``ξ`` invariant:
+
+1. ``ξ ∼ N(0, I)``, its exact conditional;
+2. ``v``: draw ``n* ∼ p(n | θ, v, y)`` with a key of its own, then ``1/v_i ∼
+   InverseGaussian(1/(b|y_i − (Jn*)_i|), 1/b²)``: two steps of data augmentation on
+   ``(n, v)`` given ``θ``, which leave ``p(v | θ, y)`` invariant;
+3. NUTS on the model's other latent sites given ``v``, with ``n`` integrated out.
+
+So each stored draw's ``n`` comes from ``p(n | θ, v, y)`` at the draw's own ``θ`` and ``v``:
+unlike the cycle ``n | θ, v → v | n → θ | v``, whose stored ``n`` belongs to the previous
+``θ``. :func:`~.nuts.run_nuts` runs it (``collapsed=True``, or by default on large releases).
 
 The plan (:func:`collapse_plan`) is static: it holds the answers ``y``, their offsets ``c`` and
 noise scales, read from the model's arguments, which must be the run's (the offsets and scales
@@ -71,10 +95,15 @@ from .count_sites import CountSiteError, count_layout, inner_distribution
 from .gibbs import ExactState
 from .laplace_mixture import noise_variances
 
-__all__ = ["CollapsePlan", "CollapsedSite", "SiteFunctions", "collapse", "collapse_kernel",
-           "collapse_plan", "collapse_start", "gibbs_values", "site_functions"]
+__all__ = ["PATH_REASON", "CollapsePlan", "CollapsedSite", "SiteFunctions", "collapse",
+           "collapse_kernel", "collapse_plan", "collapse_start", "gibbs_values",
+           "site_functions"]
 
 Array = Any
+
+#: What the collapsed path is (the start of ``mcmc.path_reason``).
+PATH_REASON = ("collapsed Gibbs: the counts integrated out of θ's update under the normal "
+               "relaxation of the CGM (Laplace noise as a normal scale mixture)")
 
 #: Family codes of :data:`~.count_sites.NOISE_FAMILIES` the collapsed path reads: Laplace, normal.
 _LAPLACE, _NORMAL = 0, 1
@@ -335,7 +364,8 @@ def _v_update(model: Callable, plan: CollapsePlan, args: tuple, kwargs: dict) ->
 class CollapseGibbs(Gibbs):
     """:class:`numpyro.infer.Gibbs` of (1): ``ξ``, then ``v`` (where there are Laplace
     answers), then ``inner_kernel`` on every other latent site; its state forwards the inner
-    kernel's statistics (as :class:`~.collapsed.CollapsedGibbs`)."""
+    kernel's statistics (:class:`~.gibbs.ExactState`), so that ``extra_fields`` read as with
+    plain NUTS."""
 
     _state_cls = ExactState
 
@@ -346,8 +376,8 @@ class CollapseGibbs(Gibbs):
 
 def collapse_kernel(model: Callable[..., Any], plan: CollapsePlan, model_args: tuple = (),
                     model_kwargs: dict | None = None, **nuts_options: Any) -> CollapseGibbs:
-    """The collapsed path's kernel for a user's ``model``: ξ refreshed, ``v`` drawn as in
-    :mod:`.collapsed`, NUTS (``nuts_options``) on the model's other latent sites under
+    """The collapsed path's kernel for ``model``: ξ refreshed, ``v`` drawn as in (1),
+    NUTS (``nuts_options``) on the model's other latent sites under
     :class:`collapse`. Run it with ``MCMC(kernel, …).run(rng_key, *model_args, **model_kwargs)``
     on the arguments the plan was built for."""
     handled = collapse(model, plan)

@@ -1,7 +1,7 @@
 r"""The fast approximate path: a Laplace approximation of the collapsed posterior.
 
-With the tables integrated out (:mod:`.collapse` for a model of your own, :mod:`.collapsed` for
-the library's), the posterior of the model's continuous parameters is smooth and
+With the tables integrated out (the :class:`~.collapse.collapse` handler, on a model of your own
+or the library's), the posterior of the model's continuous parameters is smooth and
 low-dimensional. :func:`run_laplace` approximates it by the normal distribution at its mode,
 
 .. math::
@@ -46,12 +46,12 @@ from numpyro.infer.util import constrain_fn
 
 from .collapse import collapse, collapse_plan
 from .collapse import gibbs_values as collapse_gibbs_values
-from .collapsed import CollapsedModel, collapsed_start
-from .collapsed import gibbs_values as collapsed_gibbs_values
+from .conditional import ConditionalCoding
 from .count_sites import CountSiteError
 from .initialization import init_to_interior, init_values
 from .laplace_metric import LaplaceMetric, block_potential, laplace_metric, laplace_starts
 from .model import NoisyMarginalsModel, observed_answers
+from .nuts import collapsed_unable, released_log_odds
 
 __all__ = ["MEASURED_COVERAGE", "LaplaceFit", "run_laplace"]
 
@@ -160,13 +160,15 @@ def run_laplace(model: NoisyMarginalsModel | Callable[..., Any], rng_key: jax.Ar
 def _collapsed(model: Any, model_args: tuple, model_kwargs: dict, init: Any) -> tuple:
     """``(handled model, args, kwargs, Gibbs sites' fixed values, init strategy, what)``."""
     values = init_values(model, init)
+    what = "your model"
     if isinstance(model, NoisyMarginalsModel):
-        handled = CollapsedModel(model)
-        y = observed_answers(model, model_args, model_kwargs)
-        centre, _ = collapsed_start(handled, None if isinstance(init, str) else
-                                    values.get("phi"), 1)
-        return (handled, (), {"y": y}, collapsed_gibbs_values(handled),
-                init_to_interior(values=centre, radius=0.0), "the library's model")
+        unable = collapsed_unable(model)
+        if unable is not None:
+            raise ValueError(f"run_laplace integrates the tables out, and cannot here: {unable}")
+        if isinstance(init, str) and isinstance(model.coding, ConditionalCoding):
+            values = {**values, "phi": released_log_odds(model)}
+        model_kwargs = {"y": observed_answers(model, model_args, model_kwargs)}
+        model, model_args, what = model.with_cgm(False), (), "the library's model"
     try:
         plan = collapse_plan(model, model_args, model_kwargs)
     except CountSiteError as e:
@@ -174,4 +176,4 @@ def _collapsed(model: Any, model_args: tuple, model_kwargs: dict, init: Any) -> 
     names = ", ".join(repr(s.name) for s in plan.sites)
     return (collapse(model, plan), tuple(model_args), dict(model_kwargs),
             collapse_gibbs_values(plan), init_to_interior(values=values, radius=0.0),
-            f"your model (its site(s) {names} integrated out)")
+            f"{what} (its site(s) {names} integrated out)")

@@ -6,7 +6,7 @@ r"""Laplace noise as a scale mixture of normals, and the draws of its variances.
 .. math:: 1/v \mid e \sim \mathrm{InverseGaussian}\big(1/(b\,|e|),\ 1/b^2\big),          \tag{1}
 
 drawn by the transformation with multiple roots of Michael, Schucany & Haas (1976). The
-collapsed sampler (:mod:`.collapsed`) draws ``v`` this way, so that the release given ``θ, v``
+collapsed sampler (:mod:`.collapse`) draws ``v`` this way, so that the release given ``θ, v``
 is Gaussian.
 """
 

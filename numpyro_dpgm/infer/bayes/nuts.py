@@ -12,10 +12,11 @@ Three paths sample the posterior of a :class:`~.model.NoisyMarginalsModel`:
   :class:`numpyro.infer.HMCGibbs`: NUTS on ``φ`` given ``n`` and exact record swaps on ``n``
   given ``φ`` (:mod:`.gibbs`, :mod:`.records`);
 - **collapsed**: the normal relaxation's tables integrated out of ``θ``'s update, Laplace
-  noise as a normal scale mixture (:mod:`.collapsed`): NUTS on ``φ`` alone, whose target is
-  smooth where every released value puts a kink into the joint of ``(φ, n)``; each step
-  costs one pass along the junction tree (:mod:`.collapsed_tree`). A model of your own takes
-  it through the :class:`~.collapse.collapse` handler by the same rule.
+  noise as a normal scale mixture (the :class:`~.collapse.collapse` handler): NUTS on ``φ``
+  alone, whose target is smooth where every released value puts a kink into the joint of
+  ``(φ, n)``; each step costs one pass along the junction tree (:mod:`.collapsed_tree`). The
+  library's model runs it as the model with exact tables that it is, through the same handler
+  and kernel as a model of your own.
 
 :func:`run_nuts` takes the collapsed path by default on a large release whose tables hold many
 records (:func:`choose_path`), the exact path where the relaxation leak at the starting
@@ -51,16 +52,14 @@ from .checks import (
     warn_convergence,
     warn_relaxed_leak,
 )
-from .collapse import collapse, collapse_kernel, collapse_plan, collapse_start
-from .collapse import gibbs_values as collapse_gibbs_values
-from .collapsed import (
+from .collapse import (
     PATH_REASON,
-    CollapsedModel,
-    collapsed_kernel,
-    collapsed_start,
-    collapsed_unable,
+    collapse,
+    collapse_kernel,
+    collapse_plan,
+    collapse_start,
 )
-from .collapsed import gibbs_values as collapsed_gibbs_values
+from .collapse import gibbs_values as collapse_gibbs_values
 from .conditional import ConditionalCoding
 from .count_gibbs import CGMGibbs, RecordMoves
 from .count_sites import CountSiteError, count_networks, split_sites
@@ -81,7 +80,8 @@ from .warmup import bounded_warmup
 __all__ = ["COLLAPSED_MAX_DIM", "COLLAPSED_MIN_COUNT", "COLLAPSED_MIN_DIM", "DENSE_MAX_DIM",
            "NORMAL_MIN_VARIANCE", "NUTS_FIELDS", "PINNED_SHARE", "WARMUP_SHARE",
            "WARMUP_SHARE_FIXED_METRIC", "WARMUP_STEPS", "WARMUP_STEPS_FIXED_METRIC", "choose_path",
-           "collapsed_fit", "collapsed_size", "released_noise_variance", "run_nuts",
+           "collapsed_fit", "collapsed_size", "collapsed_unable", "released_log_odds",
+           "released_noise_variance", "run_nuts",
            "user_collapse"]
 
 Array = Any
@@ -144,8 +144,8 @@ def choose_path(
 ) -> tuple[str, str]:
     """``("exact" | "relaxed" | "normal" | "collapsed", reason)`` for a run of :func:`run_nuts`.
 
-    ``collapsed=True`` takes the collapsed path (:mod:`.collapsed`), or says why it cannot
-    (``θ`` fixed, several releases, a coding other than the conditional one).
+    ``collapsed=True`` takes the collapsed path (:mod:`.collapse`), or says why it cannot
+    (``θ`` fixed, several releases).
     ``collapsed=None`` with ``exact=None`` takes it where it can and the release is large,
     :data:`COLLAPSED_MIN_DIM` to :data:`COLLAPSED_MAX_DIM` coordinates, with at least
     :data:`COLLAPSED_MIN_COUNT` records per cell of the largest latent table (unless the model
@@ -224,11 +224,33 @@ def choose_path(
     return "relaxed", f"{where}, and {pins})"
 
 
+def collapsed_unable(model: NoisyMarginalsModel, one_release: bool = True) -> str | None:
+    """Why the collapsed path cannot sample ``model`` (``None`` where it can): it infers ``θ``
+    from one release (the model's latent network is decomposable, as its CGM needs)."""
+    if model.theta is not None:
+        return "θ is fixed: the tables' posterior given θ is the exact path's (exact=True)"
+    if not one_release:
+        return "y is a batch of releases; the collapsed path takes one"
+    return None
+
+
+def released_log_odds(model: NoisyMarginalsModel) -> Array:
+    """``φ`` of the released tables' conditionals under the conditional coding (negative
+    counts clipped, half a count added: the normal relaxation's reference conditionals), where
+    the collapsed path's search for the mode starts (:mod:`.laplace_metric`)."""
+    net, const = model.latent_network, model._normal
+    log_cond = np.zeros(net.num_params)
+    for b in const.plan.blocks:
+        cells = net.offsets[net.clique_index(b.clique)] + b.to_rows
+        log_cond[cells] = np.log(const.reference[b.offset:b.offset + b.rows * b.cols])
+    return model.coding.log_odds(jnp.asarray(log_cond))
+
+
 def collapsed_fit(model: NoisyMarginalsModel, one_release: bool = True,
                   by_default: bool = True) -> str | None:
     """``None`` where the collapsed path suits ``model`` by default (:func:`choose_path`), else
     why not; with ``by_default=False``, where it can run at all
-    (:func:`~.collapsed.collapsed_unable`), whatever the release's size."""
+    (:func:`collapsed_unable`), whatever the release's size."""
     unable = collapsed_unable(model, one_release)
     if unable is not None or not by_default:
         return unable
@@ -363,7 +385,7 @@ def run_nuts(
         count below :data:`PINNED_SHARE`), or where the model was built with
         ``relaxed=False``.
     collapsed : bool, optional
-        ``True``: the collapsed path (:mod:`numpyro_dpgm.infer.bayes.collapsed`: NUTS on ``φ``
+        ``True``: the collapsed path (:mod:`numpyro_dpgm.infer.bayes.collapse`: NUTS on ``φ``
         with the tables integrated out under the normal relaxation, then the tables drawn
         given ``φ``); ``False``: never; ``None`` (default): with ``exact=None``, on a large
         release whose tables hold many records (:func:`choose_path`).
@@ -414,10 +436,9 @@ def run_nuts(
         fixed on the exact path).
         Set on it: ``mcmc.path`` (``"exact"``, ``"relaxed"``, ``"normal"`` or
         ``"collapsed"``), ``mcmc.path_reason`` (why),
-        ``mcmc.model`` (the model sampled: on the exact path, ``model`` with
-        ``relaxed=False``; on the collapsed one its
-        :class:`~numpyro_dpgm.infer.bayes.collapsed.CollapsedModel`, with the sites
-        ``phi_std``, ``xi`` and, for Laplace noise, ``v`` besides the usual ones),
+        ``mcmc.model`` (the model sampled: on the exact and the collapsed paths, ``model``
+        with ``relaxed=False``; the collapsed path's draws hold the sites ``n_xi`` and, for
+        Laplace noise, ``n_v`` besides the usual ones, and ``mcmc.collapse_plan``),
         ``mcmc.metric`` (``"laplace"`` or ``"adapt"``) and ``mcmc.laplace`` (the
         :class:`~numpyro_dpgm.infer.bayes.laplace_metric.LaplaceMetric`, or ``None``) and, with
         ``check`` or ``time_limit``, ``mcmc.convergence`` (the
@@ -458,31 +479,23 @@ def run_nuts(
     if metric == "laplace" and path != "collapsed":
         raise ValueError(f"metric='laplace' is the collapsed path's; this run takes the {path} "
                          "path (collapsed=True, or metric='adapt')")
-    if path == "collapsed":
-        sampled = CollapsedModel(model)
-        y = observed_answers(model, model_args, model_kwargs)
-        centre, init_params = collapsed_start(
-            sampled, None if isinstance(init, str) else values.get("phi"), num_chains)
-        k_metric, rng_key = jax.random.split(rng_key)
-        chosen = choose_metric(
-            metric, sampled, (), {"y": y}, collapsed_gibbs_values(sampled),
-            init_to_interior(values=centre, radius=0.0), k_metric, num_chains, radius,
-            dense_mass)
-        kernel = collapsed_kernel(
-            sampled, y=y, init_strategy=init_to_interior(values=centre, radius=radius),
-            target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth,
-            **chosen.nuts_options)
-        init_params = {**(init_params or {}), **(chosen.starts or {})} or None
-        fields = ("diverging",) + NUTS_FIELDS
-        mcmc = MCMC(kernel, num_warmup=_warmup(num_warmup, chosen), num_samples=num_samples,
-                    num_chains=num_chains, progress_bar=progress_bar, progress_rate=1,
-                    chain_method=chain_method_for(
-                        "sequential" if method == "vectorized" else method, num_chains,
-                        progress_bar))
-        _sample(mcmc, rng_key, (), {"y": y}, fields, init_params, deadline, warmup_callback,
-                _share(chosen))
-        mcmc.metric, mcmc.laplace = chosen.name, chosen.found
-    elif path != "exact":
+    if path == "collapsed":  # the same handler and kernel as a model of your own
+        sampled = model.with_cgm(False)
+        kwargs = {"y": observed_answers(model, model_args, model_kwargs)}
+        try:
+            plan = collapse_plan(sampled, (), kwargs)
+        except CountSiteError as e:
+            raise ValueError(f"the collapsed path cannot run: {e}") from None
+        if isinstance(init, str) and isinstance(model.coding, ConditionalCoding):
+            values = {**values, "phi": released_log_odds(model)}
+        return _finish(_run_user_collapsed(
+            sampled, rng_key, (), kwargs, plan, reason, values, metric=metric,
+            num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+            method=method, progress_bar=progress_bar, radius=radius,
+            target_accept_prob=target_accept_prob, dense_mass=dense_mass,
+            max_tree_depth=max_tree_depth, deadline=deadline, warmup_callback=warmup_callback),
+            started, time_limit, target_ess, callback, check, max_tree_depth)
+    if path != "exact":
         sampled = model
         if isinstance(model, NoisyMarginalsModel):
             sampled = model.with_relaxation(
@@ -734,7 +747,6 @@ def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
     a model of your own but the collapsed path's auxiliary ``ξ`` and ``v`` and the noise's
     location ``mu``, a function of the tables."""
     samples = mcmc.get_samples(group_by_chain=True)
-    model = model.base if isinstance(model, CollapsedModel) else model
     if isinstance(model, NoisyMarginalsModel):
         sites = ["phi", "theta", "n"] if model.theta is None else ["n"]
     else:
