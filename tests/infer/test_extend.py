@@ -237,3 +237,27 @@ def test_sequential_chains_compile_once_and_draw_what_sequential_draws():
     np.testing.assert_allclose(np.asarray(one_x), np.asarray(seq_x), rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(np.asarray(one_steps), np.asarray(seq_steps))
     assert one_traces < seq_traces, (one_traces, seq_traces)
+
+
+def test_warm_up_and_the_draws_of_chains_in_turn_compile_the_sampler_once(caplog):
+    """Warm-up (:func:`bounded_warmup`), the first draws and a further batch of chains run one
+    after another step one compiled program (:func:`step_program`): JAX's compile log names
+    it once, where warm-up and the draws used to compile a program each."""
+    import logging
+
+    from numpyro_dpgm.infer.bayes.extend import SequentialChains
+    from numpyro_dpgm.infer.bayes.warmup import bounded_warmup
+
+    mcmc = MCMC(NUTS(_normal_model), num_warmup=30, num_samples=30, num_chains=2,
+                chain_method=SequentialChains(), progress_bar=False)
+    fields = ("num_steps",)
+    with caplog.at_level(logging.WARNING), jax.log_compiles(True):
+        bounded_warmup(mcmc, jax.random.key(0), (), {}, deadline=float("inf"),
+                       extra_fields=fields)
+        first_draws(mcmc, jax.random.key(1), extra_fields=fields)
+        draw_more(mcmc, fields)
+    compiled = [r.getMessage() for r in caplog.records
+                if r.getMessage().startswith("Finished XLA compilation of")]
+    assert sum("jit(chain)" in m for m in compiled) == 1, compiled
+    assert not any("jit(step)" in m or "jit(<lambda>)" in m for m in compiled), compiled
+    assert mcmc.get_samples(group_by_chain=True)["x"].shape == (2, 60)

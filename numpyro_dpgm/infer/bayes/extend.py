@@ -27,12 +27,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import MCMC
 from numpyro.util import is_prng_key, nested_attrgetter
 
 __all__ = ["DRAW_CHUNK", "SequentialChains", "chain_method_for", "draw_more", "draw_until",
-           "draws_held", "first_draws", "resolve_chain_method"]
+           "draws_held", "first_draws", "resolve_chain_method", "step_program"]
 
 
 #: The most draws per chain in one compiled call: a batch is drawn in calls of at most this many
@@ -177,13 +178,17 @@ def _draw(mcmc: MCMC, state: Any, count: int, fields: tuple[str, ...],
     return state, jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *parts)
 
 
-def _batch_program(mcmc: MCMC, fields: tuple[str, ...]) -> Callable:
-    """``(state, n) -> (last state, draws grouped by chain)``: ``n ≤`` :data:`DRAW_CHUNK` steps
-    of the run's kernel per chain (the draws beyond ``n`` are padding), compiled once per run
-    and fields (kept on ``mcmc``)."""
+def step_program(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> Callable:
+    """One chain's ``(state, n) -> (last state, draws)``: ``n ≤`` :data:`DRAW_CHUNK` steps of
+    the run's kernel (the draws beyond ``n`` are padding), compiled once per run and fields
+    (kept on ``mcmc``, whose ``_args`` and ``_kwargs`` must be the run's). Warm-up
+    (:func:`~.warmup.bounded_warmup`, which discards the draws: the adaptation schedule lives
+    in the kernel's state) and the draws of chains run one after another share it, so a run
+    compiles its sampler once. Its ``ran`` says whether it has been called (compiled)."""
+    fields = _fields(mcmc, extra_fields, "step_program's draws")
     programs = mcmc.__dict__.setdefault("_draw_more_programs", {})
-    if fields in programs:
-        return programs[fields]
+    if ("chain", fields) in programs:
+        return programs["chain", fields]
     sampler, args, kwargs = mcmc.sampler, mcmc._args, mcmc._kwargs
     postprocess = sampler.postprocess_fn(args, kwargs)
     getter = nested_attrgetter(*fields)
@@ -201,27 +206,56 @@ def _batch_program(mcmc: MCMC, fields: tuple[str, ...]) -> Callable:
 
         return jax.lax.scan(step, state, np.arange(DRAW_CHUNK))
 
+    programs["chain", fields] = _Program(jax.jit(chain), chain)
+    return programs["chain", fields]
+
+
+def _batch_program(mcmc: MCMC, fields: tuple[str, ...]) -> Callable:
+    """``(state, n) -> (last state, draws grouped by chain)`` of every chain: chains one after
+    another call :func:`step_program` in turn; vectorised or parallel chains have a program of
+    their own (kept on ``mcmc``)."""
+    one = step_program(mcmc, fields)
     if mcmc.num_chains == 1:
-        def one(state: Any, n: Any) -> tuple[Any, dict[str, Any]]:
-            last, draws = chain(state, n)
+        def single(state: Any, n: int) -> tuple[Any, dict[str, Any]]:
+            last, draws = one(state, n)
             return last, jax.tree.map(lambda x: x[None], draws)
 
-        program = jax.jit(one)
-    elif mcmc.chain_method == "parallel":
-        program = jax.pmap(chain, in_axes=(0, None))
-    elif mcmc.chain_method == "vectorized":
-        program = jax.jit(jax.vmap(chain, in_axes=(0, None)))
-    else:
-        program = jax.jit(lambda states, n: jax.lax.map(lambda s: chain(s, n), states))
-    programs[fields] = _Program(program)
-    return programs[fields]
+        return _Program(single, base=one)
+    if mcmc.chain_method not in ("parallel", "vectorized"):
+        def in_turn(states: Any, n: int) -> tuple[Any, dict[str, Any]]:
+            outs = [one(jax.tree.map(lambda x, c=c: x[c], states), n)
+                    for c in range(mcmc.num_chains)]
+            return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+
+        return _Program(in_turn, base=one)
+    programs = mcmc.__dict__["_draw_more_programs"]
+    if ("batch", fields) not in programs:
+        if mcmc.chain_method == "parallel":
+            program = jax.pmap(one.chain, in_axes=(0, None))
+        else:
+            program = jax.jit(jax.vmap(one.chain, in_axes=(0, None)))
+        programs["batch", fields] = _Program(program)
+    return programs["batch", fields]
 
 
 class _Program:
-    """A compiled batch program that remembers whether it has run (compiled) yet."""
+    """A program that remembers whether it has run (compiled) yet; one built on another
+    (``base``) shares its memory. ``chain`` is the traced function, where there is one."""
 
-    def __init__(self, fn: Callable) -> None:
-        self.fn, self.ran = fn, False
+    def __init__(self, fn: Callable, chain: Callable | None = None,
+                 base: _Program | None = None) -> None:
+        self.fn, self.chain, self._base, self._ran = fn, chain, base, False
+
+    @property
+    def ran(self) -> bool:
+        return self._base.ran if self._base is not None else self._ran
+
+    @ran.setter
+    def ran(self, value: bool) -> None:
+        if self._base is not None:
+            self._base.ran = value
+        else:
+            self._ran = value
 
     def __call__(self, state: Any, n: int) -> Any:
         return self.fn(state, n)

@@ -449,14 +449,14 @@ def run_nuts(
     deadline = None if time_limit is None else started + float(time_limit)
     method = resolve_chain_method(chain_method, num_chains)
     values = init_values(model, init)
+    options = dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                   method=method, progress_bar=progress_bar, radius=radius,
+                   target_accept_prob=target_accept_prob, dense_mass=dense_mass,
+                   max_tree_depth=max_tree_depth, deadline=deadline,
+                   warmup_callback=warmup_callback)
     if not isinstance(model, NoisyMarginalsModel):
         counts, others = split_sites(model, model_args, model_kwargs)
         plan = user_collapse(model, model_args, model_kwargs, exact, collapsed)
-        options = dict(num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                       method=method, progress_bar=progress_bar, radius=radius,
-                       target_accept_prob=target_accept_prob, dense_mass=dense_mass,
-                       max_tree_depth=max_tree_depth, deadline=deadline,
-                       warmup_callback=warmup_callback)
         if plan is not None:
             return _finish(_run_user_collapsed(model, rng_key, model_args, model_kwargs,
                                                plan[0], plan[1], values, metric=metric,
@@ -488,13 +488,9 @@ def run_nuts(
             raise ValueError(f"the collapsed path cannot run: {e}") from None
         if isinstance(init, str) and isinstance(model.coding, ConditionalCoding):
             values = {**values, "phi": released_log_odds(model)}
-        return _finish(_run_user_collapsed(
-            sampled, rng_key, (), kwargs, plan, reason, values, metric=metric,
-            num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-            method=method, progress_bar=progress_bar, radius=radius,
-            target_accept_prob=target_accept_prob, dense_mass=dense_mass,
-            max_tree_depth=max_tree_depth, deadline=deadline, warmup_callback=warmup_callback),
-            started, time_limit, target_ess, callback, check, max_tree_depth)
+        return _finish(_run_user_collapsed(sampled, rng_key, (), kwargs, plan, reason, values,
+                                           metric=metric, **options),
+                       started, time_limit, target_ess, callback, check, max_tree_depth)
     if path != "exact":
         sampled = model
         if isinstance(model, NoisyMarginalsModel):
@@ -604,7 +600,8 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
             warmup_callback: Callable | None, share: float = WARMUP_SHARE) -> None:
     """``mcmc.run``; with a ``deadline``, warm-up bounded by :func:`~.warmup.bounded_warmup`
     to ``share`` of the time left and the first draws cut to fit the rest, at the
-    pace of warm-up's last steps and after a compilation as long as warm-up's."""
+    pace of warm-up's last steps (and after a compilation as long as warm-up's, where the
+    draws need a program of their own)."""
     mcmc.warmup_steps = (mcmc.num_warmup,) * mcmc.num_chains
     if deadline is None or mcmc.num_warmup == 0:
         mcmc.run(rng_key, *model_args, extra_fields=fields, init_params=init_params,
@@ -614,7 +611,8 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
     start = time.perf_counter()
     warm = bounded_warmup(mcmc, k_warm, model_args, model_kwargs,
                           deadline=start + share * (deadline - start),
-                          init_params=init_params, callback=warmup_callback)
+                          init_params=init_params, callback=warmup_callback,
+                          extra_fields=fields)
     steps = mcmc.warmup_steps = warm.steps
     if min(steps) < mcmc.num_warmup:
         warnings.warn(
@@ -623,9 +621,11 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
             "step size and mass matrix are those adapted so far. Remedy: a longer time_limit, "
             "or fewer warm-up steps", ConvergenceWarning, stacklevel=5)
     # a draw costs what a step at the end of warm-up cost (the adapted step size: early
-    # warm-up steps are cheaper or dearer), and the draws' program compiles about as long as
-    # warm-up's step did; parallel chains run side by side. The draws run in the program of
-    # the further batches (draw_more's), in calls the clock is checked between.
+    # warm-up steps are cheaper or dearer); parallel chains run side by side. The draws run in
+    # the program of the further batches (draw_more's), in calls the clock is checked between:
+    # chains one after another in warm-up's own program (step_program; compiled already),
+    # vectorised or parallel ones in a program of their own, which compiles about as long as
+    # warm-up's step did.
     side_by_side = mcmc.num_chains if mcmc.chain_method == "parallel" else 1
     asked = mcmc.num_samples
     mcmc.draws_seconds = first_draws(
@@ -682,8 +682,8 @@ def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: t
                         progress_bar: bool, radius: float, target_accept_prob: float,
                         dense_mass: bool | None, metric: str | None, max_tree_depth: int,
                         deadline: float | None, warmup_callback: Callable | None) -> MCMC:
-    """A model of your own on the collapsed path: ξ and ``v`` by Gibbs, NUTS on the rest
-    (:func:`~.collapse.collapse_kernel`)."""
+    """The collapsed path, for a model of your own and the library's (with exact tables): ξ
+    and ``v`` by Gibbs, NUTS on the rest (:func:`~.collapse.collapse_kernel`)."""
     k_metric, rng_key = jax.random.split(rng_key)
     chosen = choose_metric(metric, collapse(model, plan), model_args, model_kwargs,
                            collapse_gibbs_values(plan),

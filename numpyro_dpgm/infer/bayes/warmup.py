@@ -28,7 +28,7 @@ run with other step sizes) and about how long the compilation took.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -37,11 +37,14 @@ import numpy as np
 from numpyro.infer import MCMC
 from numpyro.infer.hmc import HMCState
 
+from .extend import DRAW_CHUNK, step_program
+
 __all__ = ["WARMUP_CHUNK", "Warmup", "bounded_warmup"]
 
 #: The most kernel steps per compiled call of :func:`bounded_warmup` (fewer where the time
-#: left at the last step's pace holds fewer; the first call makes one).
-WARMUP_CHUNK = 25
+#: left at the last step's pace holds fewer; the first call makes one): the draws' chunk, since
+#: warm-up runs the draws' program (:func:`~.extend.step_program`).
+WARMUP_CHUNK = DRAW_CHUNK
 
 
 class Warmup(NamedTuple):
@@ -73,6 +76,7 @@ def bounded_warmup(
     init_params: Any = None,
     chunk: int = WARMUP_CHUNK,
     callback: Callable[[int, int, int, float], None] | None = None,
+    extra_fields: Sequence[str] = (),
 ) -> Warmup:
     """Warm up every chain of ``mcmc`` until done or ``deadline``; set its post-warm-up state.
 
@@ -89,9 +93,13 @@ def bounded_warmup(
     init_params : pytree, optional
         Starting values, with a leading chain axis when there are several chains.
     chunk : int
-        Kernel steps per compiled call.
+        Kernel steps per compiled call, at most :data:`~.extend.DRAW_CHUNK`.
     callback : callable, optional
         ``callback(chain, steps_done, num_warmup, seconds_left)`` after every chunk.
+    extra_fields : sequence of str
+        The fields the draws will collect: warm-up steps the chains by the draws' own compiled
+        program (:func:`~.extend.step_program`, its draws discarded), so that the run compiles
+        its sampler once.
 
     Returns
     -------
@@ -101,8 +109,11 @@ def bounded_warmup(
     A chain whose warm-up is cut keeps the dual-averaging mean of its step size, as NumPyro
     keeps at the end of a window, not the last iterate.
     """
+    if not 1 <= chunk <= DRAW_CHUNK:
+        raise ValueError(f"chunk must be within 1..{DRAW_CHUNK}, got {chunk}")
     kernel, total = mcmc.sampler, int(mcmc.num_warmup)
     chains = mcmc.num_chains
+    mcmc._args, mcmc._kwargs = tuple(model_args), dict(model_kwargs)
     keys = jax.random.split(rng_key, chains)
     states, done, paces = [], [], []
     first = pace = None  # the first call's seconds (it compiles); seconds per step since
@@ -111,7 +122,7 @@ def bounded_warmup(
                   else jax.tree.map(lambda x, c=c: x[c], init_params))
         state = kernel.init(keys[c], total, params, model_args, model_kwargs)
         if c == 0:
-            step = _chunk_program(kernel, model_args, model_kwargs, chunk)
+            step = step_program(mcmc, extra_fields)
         share = (deadline - time.perf_counter()) / (chains - c)
         stop, steps = time.perf_counter() + share, 0
         while steps < total and (steps == 0 or time.perf_counter() < stop):
@@ -121,8 +132,9 @@ def bounded_warmup(
             fits = 1 if pace is None else chunk if left >= chunk * pace else int(left / pace)
             n = max(1, min(chunk, total - steps, fits))
             began = time.perf_counter()
-            state = jax.block_until_ready(step(state, n))
+            state = jax.block_until_ready(step(state, n)[0])
             seconds = time.perf_counter() - began
+            step.ran = True
             if first is None:  # it compiled: the chains share what is left after it
                 first = seconds
                 stop = time.perf_counter() + (deadline - time.perf_counter()) / (chains - c)
@@ -166,14 +178,3 @@ def _settled(state: Any) -> Any:
     averaged = jnp.exp(adapt.ss_state[1])  # DAState: (x, x_avg, g_avg, t, prox_center)
     size = jnp.where(adapt.ss_state[3] > 0, averaged, adapt.step_size)
     return _with_nuts_state(state, nuts._replace(adapt_state=adapt._replace(step_size=size)))
-
-
-def _chunk_program(kernel: Any, model_args: tuple, model_kwargs: dict, chunk: int) -> Any:
-    """``(state, n) ↦`` the state after ``n ≤ chunk`` kernel steps, compiled once."""
-
-    @jax.jit
-    def step(state: Any, n: Any) -> Any:
-        return jax.lax.fori_loop(0, n, lambda i, s: kernel.sample(s, model_args, model_kwargs),
-                                 state)
-
-    return step
