@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import warnings
 
 import jax
@@ -27,6 +28,7 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 from jax.scipy.stats import multivariate_normal
+from numpyro import handlers
 from numpyro.diagnostics import effective_sample_size
 from numpyro.infer.util import log_density
 from scipy import stats
@@ -585,6 +587,35 @@ def test_collapse_refuses_with_the_reason(model, match):
         collapse_plan(model, y)
     with pytest.raises(ValueError, match=f"collapsed=True, but .*{match}"):
         run_nuts(model, jax.random.key(0), *y, collapsed=True, num_warmup=1, num_samples=1)
+
+
+def test_a_later_release_reuses_the_sites_compiled_passes():
+    """Two releases of one model (the same network, read-out and N, other answers): the second
+    plan holds the first's tree and compiled passes, with its own answers; another N builds its
+    own. The passes take the answers as arguments, so the tables drawn under the second plan
+    are those of a plan built afresh (the cache emptied), to the last digit."""
+    module = importlib.import_module("numpyro_dpgm.infer.bayes.collapse")  # not the handler
+
+    y1 = user_release()
+    y2 = (y1[0] + 7.0, y1[1] - 3.0)
+    first, second = collapse_plan(user_model, y1), collapse_plan(user_model, y2)
+    assert second.sites[0].functions is first.sites[0].functions
+    assert second.sites[0].tree is first.sites[0].tree
+    assert not np.allclose(second.sites[0].observed, first.sites[0].observed)
+    other = collapse_plan(user_model, y2, {"total": 2 * TOTAL})
+    assert other.sites[0].functions is not first.sites[0].functions
+
+    def tables(plan):
+        theta = jnp.asarray(np.random.default_rng(5).normal(0, 0.5, NET.num_params))
+        data = {"theta": theta, "n_xi": jnp.ones(plan.dim), "n_v": jnp.full(6, 9.0)}
+        tr = handlers.trace(handlers.substitute(collapse(user_model, plan), data=data))
+        return np.asarray(tr.get_trace(*y2)["n"]["value"])
+
+    cached = tables(second)
+    module._SITE_PASSES.clear()
+    fresh = collapse_plan(user_model, y2)
+    assert fresh.sites[0].functions is not first.sites[0].functions
+    np.testing.assert_array_equal(cached, tables(fresh))
 
 
 def test_collapse_posterior_matches_quadrature():
