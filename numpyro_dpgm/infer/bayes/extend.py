@@ -199,10 +199,16 @@ def step_program(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> Callable:
         return dict(zip(fields, values, strict=True))
 
     def chain(state: Any, n: Any) -> tuple[Any, dict[str, Any]]:
+        def advance(s: Any) -> tuple[Any, dict[str, Any]]:
+            s = sampler.sample(s, args, kwargs)
+            return s, collect(s)
+
+        def hold(s: Any) -> tuple[Any, dict[str, Any]]:  # a step past n: no step, no draw
+            shapes = jax.eval_shape(collect, s)
+            return s, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+
         def step(carry: Any, i: Any) -> tuple[Any, dict[str, Any]]:
-            carry = jax.lax.cond(i < n, lambda s: sampler.sample(s, args, kwargs),
-                                 lambda s: s, carry)
-            return carry, collect(carry)
+            return jax.lax.cond(i < n, advance, hold, carry)
 
         return jax.lax.scan(step, state, np.arange(DRAW_CHUNK))
 
