@@ -32,8 +32,13 @@ prior: ``θ ∼ N(0, 3²)`` per cell of the network's own layout, no preconditio
 concentration ``concentration_from_release`` reads from the release (the row records it, and
 what the same rule reads from the true tables).
 
+``--releases K`` runs ``K`` releases of the same structure one after another in the one process
+(release ``r``: its records and noise drawn with seed ``--seed + r``), a row each with the
+seconds JAX spent compiling (tracing and lowering included) and its compilations: what a
+later release costs once the first has compiled.
+
 Run ``python -m benchmarks collapsed [--records 226051] [--eps 1] [--chains 2] [--warmup STEPS]
-[--draws 300] [--model library] [--prior normal] [--time-limit SECONDS]``; with
+[--draws 300] [--model library] [--prior normal] [--time-limit SECONDS] [--releases 1]``; with
 ``--time-limit``, ``run_nuts`` draws further batches until its convergence rule passes or the
 time is up; writes ``collapsed-cpu.json`` (``--tag``) under ``--out``.
 """
@@ -244,6 +249,18 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     return row
 
 
+def release(row: dict[str, Any], model: Any, truth: np.ndarray, args: argparse.Namespace,
+            ) -> dict[str, Any]:
+    """``row`` updated with :func:`run`'s figures and the seconds and compilations of JAX's
+    compiling in it (:func:`numpyro_dpgm.mechanisms.refit.compile_seconds`)."""
+    from numpyro_dpgm.mechanisms.refit import compile_seconds
+
+    with compile_seconds() as seen:
+        row.update(run(model, truth, args))
+    row.update(compiling_s=seen["seconds"], compilations=seen["compiles"])
+    return row
+
+
 def laplace_run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, Any]:
     """``run_laplace`` (the fast approximate path) on the same release, in place of NUTS:
     its wall time (a fresh process: compilation included), the mode's search, and the coverage
@@ -307,6 +324,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=float, default=None,
                         help="run_nuts's time_limit: further batches of --draws per chain until "
                              "R-hat <= 1.01 and bulk ESS >= 400, within this many seconds")
+    parser.add_argument("--releases", type=int, default=1,
+                        help="releases of the same structure run one after another in this "
+                             "process (release r drawn with seed --seed + r)")
     add_out_argument(parser, "collapsed-cpu")
     parser.add_argument("--tag", default="collapsed-cpu")
 
@@ -323,7 +343,7 @@ def main(args: argparse.Namespace) -> int:
         "chains": args.chains, "warmup": args.warmup, "draws": args.draws,
         "dense_mass": args.dense_mass, "metric_asked": args.metric,
         "chain_method": args.chain_method, "model": args.model, "prior": args.prior,
-        "jax_devices": [str(d) for d in jax.devices()]}
+        "jax_devices": [str(d) for d in jax.devices()], "release": 0}
     if args.prior == "dirichlet":  # what the user model's prior reads from the release
         from numpyro_dpgm.infer.bayes import concentration_from_release
 
@@ -339,8 +359,14 @@ def main(args: argparse.Namespace) -> int:
     if args.laplace:
         row.update(laplace_run(model, truth, args))
     elif not args.no_run:
-        row.update(run(model, truth, args))
+        base = {k: v for k, v in row.items() if not k.startswith("concentration")}
+        release(row, model, truth, args)
     print(json.dumps(row, default=json_default), flush=True)
+    for r in range(1, args.releases if not (args.laplace or args.no_run) else 1):
+        write_results(args.out, args.tag, record, record["rows"])  # kept if a release fails
+        model, _, truth = build(args.records, args.eps, args.seed + r, args.edges)
+        record["rows"].append(release(dict(base, release=r), model, truth, args))
+        print(json.dumps(record["rows"][-1], default=json_default), flush=True)
     paths = write_results(args.out, args.tag, record, record["rows"])
     print("wrote " + ", ".join(map(str, paths)))
     return 0
