@@ -326,6 +326,18 @@ def test_bulk_ess_of_antithetic_draws_is_capped_not_negative():
     assert 0 < convergence_figures({"x": ar[..., None]}, ["x"]).min_ess_bulk < 40
 
 
+def test_exact_path_with_theta_fixed_runs_vectorised_chains_in_turn():
+    # the record moves start from one key: chain_method="vectorized" failed inside their init
+    model = noisy_marginals_model(NET6, [Measurement(("a", "b"), Y6, Laplace(B6))], N6,
+                                  theta=np.log(MU6))
+    runs = [run_nuts(model, jax.random.key(0), num_warmup=5, num_samples=5, num_chains=2,
+                     exact=True, chain_method=method, check=False)
+            for method in ("vectorized", "sequential")]
+    n = [np.asarray(r.get_samples()["n"]) for r in runs]
+    assert n[0].shape == (10, 6) and np.all(n[0].sum(1) == N6)
+    np.testing.assert_array_equal(n[0], n[1])
+
+
 def test_exact_start_model_errors():
     model = noisy_marginals_model(NET1, [Measurement(("a",), Y1, Laplace(B1))], N1)
     with pytest.raises(ValueError, match="relaxed=False"):
@@ -365,6 +377,24 @@ N2, B2, S2 = 8, 1.5, 1.5
 Y2 = np.array([5.0, 0.5, 2.5, -0.5])
 
 
+def _exact_joint(model, nodes):
+    """The exact joint law of ``(φ, n) | y`` of a one-clique Laplace release with the prior
+    ``φ ∼ N(0, s²)``: ``φ`` on a Gauss–Hermite grid of ``nodes`` per coordinate, ``n`` by
+    enumeration. Returns the grid, the tables and the weights (grid × tables, flattened)."""
+    net, s, total = model.network, float(model.prior_scale), int(model.total_count)
+    y_obs, b = np.asarray(model.y), float(np.asarray(model.noise_scales)[0])
+    x, w = np.polynomial.hermite_e.hermegauss(nodes)
+    dim = model.coding.dim
+    grid = np.stack([a.ravel() for a in np.meshgrid(*[s * x] * dim, indexing="ij")], -1)
+    log_w = sum(a.ravel() for a in np.meshgrid(*[np.log(w)] * dim, indexing="ij"))
+    logits = np.asarray(model.coding.to_theta(grid))
+    log_mu = logits - logsumexp(logits, -1, keepdims=True)
+    tables = compositions(total, net.num_params)
+    log_joint = (log_w[:, None] + log_mu @ tables.T - gammaln(tables + 1).sum(-1)[None]
+                 + laplace_loglik(tables, y_obs, b)[None])
+    return grid, tables, np.exp(log_joint - logsumexp(log_joint)).ravel()
+
+
 @pytest.mark.parametrize(("table", "kind", "nodes", "coding"), [
     ("one-way", "parameters", 60, "reference"), ("one-way", "cells", 60, "reference"),
     ("two-way", "within", 24, "reference"), ("two-way", "all", 24, "reference"),
@@ -378,16 +408,7 @@ def test_noncentred_moves_keep_the_exact_joint_posterior(table, kind, nodes, cod
     model = noisy_marginals_model(net, [Measurement(net.cliques[0], y_obs, Laplace(b))], total,
                                   prior_scale=s, relaxed=False, coding=coding,
                                   reference={"a": 1} if coding == "conditional" else None)
-    x, w = np.polynomial.hermite_e.hermegauss(nodes)
-    dim = model.coding.dim
-    grid = np.stack([a.ravel() for a in np.meshgrid(*[s * x] * dim, indexing="ij")], -1)
-    log_w = sum(a.ravel() for a in np.meshgrid(*[np.log(w)] * dim, indexing="ij"))
-    logits = np.asarray(model.coding.to_theta(grid))
-    log_mu = logits - logsumexp(logits, -1, keepdims=True)
-    tables = compositions(total, net.num_params)
-    log_joint = (log_w[:, None] + log_mu @ tables.T - gammaln(tables + 1).sum(-1)[None]
-                 + laplace_loglik(tables, y_obs, b)[None])
-    flat = np.exp(log_joint - logsumexp(log_joint)).ravel()
+    grid, tables, flat = _exact_joint(model, nodes)
     draws = 20_000
     pick = np.random.default_rng(5).choice(flat.size, size=draws, p=flat / flat.sum())
     phi0 = grid[pick // len(tables)]
@@ -405,6 +426,39 @@ def test_noncentred_moves_keep_the_exact_joint_posterior(table, kind, nodes, cod
     np.testing.assert_allclose(phi1.mean(0), phi_mean, atol=5 * se_phi.max())
     np.testing.assert_allclose(n1.mean(0), n_mean, atol=5 * n0.std(0).max() / np.sqrt(draws))
     np.testing.assert_allclose(phi1.std(0), phi0.std(0), rtol=0.03)
+
+
+def test_a_model_of_your_own_with_the_non_centred_moves_keeps_the_exact_posterior():
+    """The library's exact path is the kernel of a model of your own (:class:`CGMGibbs`) with
+    the non-centred moves as its ``joint_fn``; the same kernel on the same model written by
+    hand keeps the exact joint posterior of ``(φ, n)`` (quadrature × enumeration)."""
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import MCMC, NUTS
+
+    from numpyro_dpgm.distributions import LaplaceNoise
+    from numpyro_dpgm.infer.bayes import CGMGibbs
+    from numpyro_dpgm.infer.bayes.gibbs import exact_kernel, noncentred_fn
+
+    lib = noisy_marginals_model(NET2, [Measurement(("a", "b"), Y2, Laplace(B2))], N2,
+                                prior_scale=S2, relaxed=False)
+    coding = lib.coding
+
+    def model(y):
+        phi = numpyro.sample("phi", dist.Normal(0.0, S2).expand([coding.dim]).to_event(1))
+        n = numpyro.sample("n", CollectiveGraphicalModel(NET2, coding.to_theta(phi), N2))
+        numpyro.sample("y", LaplaceNoise(n, B2), obs=y)
+
+    assert type(exact_kernel(lib)) is CGMGibbs
+    kernel = CGMGibbs(NUTS(model), joint_fn=noncentred_fn(lib, moves=8))
+    mcmc = MCMC(kernel, num_warmup=200, num_samples=3000, progress_bar=False)
+    mcmc.run(jax.random.key(1), jnp.asarray(Y2))
+    draws = mcmc.get_samples()
+    grid, tables, flat = _exact_joint(lib, 24)
+    w_joint = flat.reshape(-1, len(tables))
+    assert np.max(np.abs(np.asarray(draws["n"]).mean(0) - w_joint.sum(0) @ tables)) <= 0.10
+    np.testing.assert_allclose(np.asarray(draws["phi"]).mean(0), w_joint.sum(1) @ grid,
+                               atol=0.08)
 
 
 @pytest.mark.parametrize("coding", ["reference", "conditional"])
@@ -453,6 +507,7 @@ def test_arviz_sees_both_sites_of_the_exact_path():
         warnings.simplefilter("ignore", ConvergenceWarning)
         mcmc = run_nuts(model, jax.random.key(4), num_warmup=50, num_samples=50, num_chains=2,
                         exact=True)
+    assert type(mcmc.sampler).__name__ == "CGMGibbs"  # the kernel of a model of your own
     tree = to_inference_data(mcmc, mcmc.model, predictive=True)
     post = tree["posterior"]
     assert post.attrs["cgm_path"] == "exact"

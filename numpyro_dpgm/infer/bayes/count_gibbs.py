@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
 from numpyro.infer import Gibbs
-from numpyro.infer.gibbs import GIBBS_SITES_KWARG, prototype_trace
+from numpyro.infer.gibbs import GIBBS_SITES_KWARG, prototype_trace, with_conditioning
 from numpyro.infer.hmc import HMC
 from numpyro.infer.hmc_gibbs import HMCGibbsState
 from numpyro.infer.mcmc import MCMCKernel
@@ -454,6 +454,13 @@ class CGMGibbs(Gibbs):
         Built on the model; it moves every latent site but the exact count tables.
     moves : int, optional
         Record swaps per set of tables per step (:class:`RecordMoves`).
+    joint_fn : callable, optional
+        ``(rng_key, z, records) -> (z, records)``: a move of the tables and the NUTS sites
+        together after every sweep that leaves the joint posterior invariant (``z`` every
+        latent site's value, ``records`` the record moves' records); NUTS's potential and
+        gradient are refreshed at its output. The library's model takes the non-centred moves
+        of :mod:`.interweave`, which need its coding
+        (:func:`~.gibbs.noncentred_fn`, :func:`~.gibbs.exact_kernel`).
 
     Notes
     -----
@@ -483,7 +490,8 @@ class CGMGibbs(Gibbs):
 
     _state_cls = ExactState
 
-    def __init__(self, inner_kernel: HMC, *, moves: int | None = None):
+    def __init__(self, inner_kernel: HMC, *, moves: int | None = None,
+                 joint_fn: Callable[..., tuple[dict, tuple]] | None = None):
         if not isinstance(inner_kernel, HMC):
             raise ValueError("inner_kernel must be an HMC or NUTS sampler")
         if inner_kernel.model is None:
@@ -492,6 +500,21 @@ class CGMGibbs(Gibbs):
                           (inner_kernel, None)])
         self.inner_kernel = self._kernels[1]
         self._max_tree_depth = getattr(inner_kernel, "_max_tree_depth", None)
+        self._joint_fn = joint_fn
+
+    def sample(self, state: Any, model_args: tuple, model_kwargs: dict | None) -> Any:
+        state = super().sample(state, model_args, model_kwargs)
+        if self._joint_fn is None:
+            return state
+        counts, hmc_state = state.block_states
+        rng_key, key = jax.random.split(state.rng_key)
+        z, records = self._joint_fn(key, {**counts.z, **hmc_state.z}, counts.records)
+        tables = {k: z[k] for k in counts.z}
+        counts = counts._replace(z=tables, records=records)
+        hmc_state = self.inner_kernel.refresh(
+            hmc_state._replace(z={k: z[k] for k in hmc_state.z}), model_args,
+            with_conditioning(model_kwargs, tables))
+        return state._replace(z=z, block_states=(counts, hmc_state), rng_key=rng_key)
 
     @property
     def layout(self) -> CountLayout | None:

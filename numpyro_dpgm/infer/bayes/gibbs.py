@@ -12,13 +12,13 @@ On a model whose CGM site is exact (``noisy_marginals_model(..., relaxed=False)`
 Each MCMC step then updates ``n`` given ``φ`` (the Gibbs block) and ``φ`` given ``n`` (NUTS on
 the exact conditional ``p(φ | n) ∝ p(φ) e^{θ·n − N A(θ)}``, whose gradient is
 ``Mᵀ(n − N μ(θ))``). Both blocks leave the joint posterior invariant, so the sweep does, and
-``mcmc.get_samples()`` holds both sites for ArviZ. :func:`exact_kernel` builds the same sweep
-as :class:`numpyro.infer.Gibbs` blocks (:class:`ExactGibbs`, whose state forwards NUTS's
-statistics so that the usual ``extra_fields`` work): its block for ``n`` is the record moves of
-any model with exact CGM sites (:class:`~.count_gibbs.RecordMoves`), which keep the records
-between updates instead of dealing them from ``n`` each time, as a stateless ``gibbs_fn`` must;
-:class:`ExactGibbs` adds the non-centred moves of :mod:`.interweave`, which need this model's
-coding. When ``θ`` is fixed, the record moves alone are the kernel.
+``mcmc.get_samples()`` holds both sites for ArviZ. :func:`exact_kernel` builds the kernel that
+any model with exact CGM sites runs, :class:`~.count_gibbs.CGMGibbs` (NUTS within
+:class:`numpyro.infer.Gibbs` with the record moves of :class:`~.count_gibbs.RecordMoves`, which
+keep the records between updates instead of dealing them from ``n`` each time, as a stateless
+``gibbs_fn`` must), and gives it the non-centred moves of :mod:`.interweave`, which need this
+model's coding, as its ``joint_fn`` (:func:`noncentred_fn`). When ``θ`` is fixed, the record
+moves alone are the kernel.
 """
 
 from __future__ import annotations
@@ -28,17 +28,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from numpyro.infer import NUTS, Gibbs
-from numpyro.infer.gibbs import with_conditioning
+from numpyro.infer import NUTS
 from numpyro.infer.mcmc import MCMCKernel
 
-from .count_gibbs import ExactState, RecordMoves, default_moves
+from .count_gibbs import CGMGibbs, ExactState, RecordMoves, default_moves
 from .interweave import noise_share, noncentred_moves
 from .model import NoisyMarginalsModel
 from .records import exact_count_update, record_plan
 
 __all__ = [
-    "ExactGibbs",
     "ExactState",
     "DEFAULT_INTERWEAVE",
     "default_interweave",
@@ -117,9 +115,10 @@ def exact_gibbs_fn(
 
 def noncentred_fn(
     model: NoisyMarginalsModel, *, moves: int, y: Array | None = None,
-) -> Callable[..., tuple[Array, Array, Array]]:
-    """``(rng_key, phi, n, records) -> (phi, n, records)``: ``moves`` non-centred moves
-    (:func:`~numpyro_dpgm.infer.bayes.interweave.noncentred_moves`), per release, picking
+) -> Callable[[Array, dict, tuple], tuple[dict, tuple]]:
+    """The ``joint_fn`` of :class:`~.count_gibbs.CGMGibbs` for this model:
+    ``(rng_key, {"phi", "n"}, records) -> (values, records)``, ``moves`` non-centred moves
+    (:func:`~numpyro_dpgm.infer.bayes.interweave.noncentred_moves`) per release, picking
     events by the noise share of their counts in the release
     (:func:`~numpyro_dpgm.infer.bayes.interweave.noise_share`)."""
     plan = record_plan(model)
@@ -131,57 +130,18 @@ def noncentred_fn(
                                             weights=weights)
         return phi, n, codes
 
-    def fn(rng_key: Array, phi: Array, n: Array, codes: Array) -> tuple:
+    def fn(rng_key: Array, z: dict, records: tuple) -> tuple[dict, tuple]:
+        n, codes = z["n"], records[0]  # the record moves keep (B, N, d) records
         if n.ndim == 1:
-            return one(rng_key, phi, n, codes, y_arr)
-        keys = jax.random.split(rng_key, n.shape[0])
-        yy = jnp.broadcast_to(y_arr, (n.shape[0], y_arr.shape[-1]))
-        return jax.vmap(one)(keys, phi, n, codes, yy)
+            phi, n, codes = one(rng_key, z["phi"], n, codes[0], y_arr)
+            codes = codes[None]
+        else:
+            keys = jax.random.split(rng_key, n.shape[0])
+            yy = jnp.broadcast_to(y_arr, (n.shape[0], y_arr.shape[-1]))
+            phi, n, codes = jax.vmap(one)(keys, z["phi"], n, codes, yy)
+        return {**z, "phi": phi, "n": n}, (codes,)
 
     return fn
-
-
-class ExactGibbs(Gibbs):
-    """:class:`numpyro.infer.Gibbs` of :class:`~.count_gibbs.RecordMoves` on ``n`` and NUTS on
-    ``φ``, with
-    :class:`ExactState` (NUTS's statistics forwarded) and, optionally, non-centred moves of
-    ``(φ, n)`` after every sweep.
-
-    Parameters
-    ----------
-    counts : RecordMoves
-    inner_kernel : NUTS
-    joint_fn : callable, optional
-        ``(rng_key, phi, n, records) -> (phi, n, records)``, a move that leaves the joint
-        posterior invariant (:func:`noncentred_fn`); NUTS's potential and gradient are
-        refreshed at its output.
-    """
-
-    _state_cls = ExactState
-
-    def __init__(self, counts: MCMCKernel, inner_kernel: NUTS,
-                 joint_fn: Callable[..., Any] | None = None):
-        super().__init__([(counts, ["n"]), (inner_kernel, None)])
-        self._max_tree_depth = getattr(inner_kernel, "_max_tree_depth", None)
-        self._joint_fn = joint_fn
-
-    def sample(self, state: Any, model_args: tuple, model_kwargs: dict | None) -> Any:
-        state = super().sample(state, model_args, model_kwargs)
-        if self._joint_fn is None:
-            return state
-        counts, hmc_state = state.block_states
-        rng_key, key = jax.random.split(state.rng_key)
-        n = counts.z["n"]
-        # the record moves keep (B, N, d) records: one set per release of a batch
-        codes = counts.records[0] if n.ndim > 1 else counts.records[0][0]
-        phi, n, codes = self._joint_fn(key, hmc_state.z["phi"], n, codes)
-        codes = codes if n.ndim > 1 else codes[None]
-        counts = counts._replace(z={"n": n}, records=(codes,))
-        kwargs = with_conditioning(model_kwargs, {"n": n})
-        hmc_state = self._kernels[-1].refresh(hmc_state._replace(z={"phi": phi}), model_args,
-                                              kwargs)
-        return state._replace(z={"n": n, "phi": phi}, block_states=(counts, hmc_state),
-                              rng_key=rng_key)
 
 
 def exact_kernel(
@@ -213,7 +173,9 @@ def exact_kernel(
 
     Returns
     -------
-    ExactGibbs or RecordMoves
+    CGMGibbs or RecordMoves
+        :class:`~.count_gibbs.CGMGibbs`, the kernel of any model with exact CGM sites, with
+        the non-centred moves as its ``joint_fn``.
         Run it with :class:`numpyro.infer.MCMC`, passing ``init_params={"n": tables}`` (one
         set of integer tables per chain).
     """
@@ -226,5 +188,4 @@ def exact_kernel(
         return RecordMoves(model, moves=moves)
     k = default_interweave(model) if interweave is None else int(interweave)
     joint = noncentred_fn(model, moves=k, y=y) if k > 0 else None
-    return ExactGibbs(RecordMoves(model, moves=moves), NUTS(model, **nuts_options),
-                      joint_fn=joint)
+    return CGMGibbs(NUTS(model, **nuts_options), moves=moves, joint_fn=joint)

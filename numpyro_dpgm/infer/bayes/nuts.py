@@ -70,7 +70,7 @@ from .extend import (
     first_draws,
     resolve_chain_method,
 )
-from .gibbs import exact_kernel
+from .gibbs import default_interweave, noncentred_fn
 from .initialization import init_to_interior, init_values
 from .interweave import released_noise_share
 from .laplace_metric import choose_metric
@@ -506,28 +506,23 @@ def run_nuts(
                     chain_method=chain_method_for(method, num_chains, progress_bar))
         _sample(mcmc, rng_key, model_args, model_kwargs, fields, None, deadline,
                 warmup_callback)
-    else:
+    else:  # the kernel of a model of your own with exact tables, and the non-centred moves
         sampled = model.with_cgm(False)
         y = observed_answers(model, model_args, model_kwargs)
         k_start, rng_key = jax.random.split(rng_key)
         n0 = _exact_start(sampled, values, y, num_chains, k_start)
-        phi_values = {k: v for k, v in values.items() if k != "n"}
+        k = default_interweave(sampled) if interweave is None else int(interweave)
         if dense_mass is None:  # one release only: a batch's releases are independent
             dense_mass = (sampled.theta is None and y.ndim == 1
                           and sampled.coding.dim <= DENSE_MAX_DIM)
-        kernel = exact_kernel(
-            sampled, moves=gibbs_moves, interweave=interweave, y=y,
-            init_strategy=init_to_interior(values=phi_values, radius=radius),
-            target_accept_prob=target_accept_prob, dense_mass=dense_mass,
-            max_tree_depth=max_tree_depth)
-        fields = ("diverging",) + (NUTS_FIELDS if sampled.theta is None else ())
-        if method == "vectorized" and sampled.theta is None:
-            method = "sequential"
-        mcmc = MCMC(kernel, num_warmup=_warmup(num_warmup, None), num_samples=num_samples,
-                    num_chains=num_chains, progress_bar=progress_bar, progress_rate=1,
-                    chain_method=chain_method_for(method, num_chains, progress_bar))
-        _sample(mcmc, rng_key, model_args, model_kwargs, fields, {"n": n0}, deadline,
-                warmup_callback)
+        mcmc = _run_user_exact(
+            sampled, rng_key, model_args, model_kwargs, ("n",),
+            ("phi",) if sampled.theta is None else (), {**values, "n": n0},
+            gibbs_moves=gibbs_moves,
+            joint_fn=noncentred_fn(sampled, moves=k, y=y) if k > 0 else None,
+            **{**options, "dense_mass": dense_mass})
+        mcmc.path_reason = reason
+        return _finish(mcmc, started, time_limit, target_ess, callback, check, max_tree_depth)
     mcmc.path, mcmc.path_reason, mcmc.model, mcmc.batches = path, reason, sampled, 0
     mcmc.fields = fields
     return _finish(mcmc, started, time_limit, target_ess, callback, check, max_tree_depth)
@@ -714,17 +709,21 @@ def _run_user_exact(model: Callable[..., Any], rng_key: Array, model_args: tuple
                     *, num_warmup: int, num_samples: int, num_chains: int, method: str,
                     progress_bar: bool, radius: float, target_accept_prob: float,
                     dense_mass: bool | None, max_tree_depth: int, gibbs_moves: int | None,
-                    deadline: float | None, warmup_callback: Callable | None) -> MCMC:
-    """A model of your own with exact CGM sites: NUTS within Gibbs with record moves
-    (:class:`~.count_gibbs.CGMGibbs`), or the record moves alone where no other site is
-    latent."""
+                    deadline: float | None, warmup_callback: Callable | None,
+                    joint_fn: Callable | None = None) -> MCMC:
+    """A model with exact CGM sites (the library's among them): NUTS within Gibbs with record
+    moves (:class:`~.count_gibbs.CGMGibbs`, with ``joint_fn`` after every sweep), or the
+    record moves alone where no other site is latent."""
     if others:
-        inner = NUTS(model, init_strategy=init_to_interior(values=values, radius=radius),
+        others_values = {k: v for k, v in values.items() if k not in counts}
+        inner = NUTS(model, init_strategy=init_to_interior(values=others_values, radius=radius),
                      target_accept_prob=target_accept_prob, dense_mass=bool(dense_mass),
                      max_tree_depth=max_tree_depth)
-        kernel, fields = CGMGibbs(inner, moves=gibbs_moves), ("diverging",) + NUTS_FIELDS
+        kernel = CGMGibbs(inner, moves=gibbs_moves, joint_fn=joint_fn)
+        fields = ("diverging",) + NUTS_FIELDS
     else:
         kernel, fields = RecordMoves(model, moves=gibbs_moves), ("diverging",)
+    # neither kernel starts from a batch of keys: vectorised chains run one after another
     mcmc = MCMC(kernel, num_warmup=_warmup(num_warmup, None), num_samples=num_samples,
                 num_chains=num_chains,
                 chain_method=chain_method_for(
