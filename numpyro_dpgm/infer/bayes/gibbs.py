@@ -43,6 +43,7 @@ __all__ = [
     "default_moves",
     "exact_gibbs_fn",
     "exact_kernel",
+    "interweave_fn",
     "noncentred_fn",
 ]
 
@@ -186,6 +187,13 @@ def exact_kernel(
                          "(model.with_cgm(relaxed=False) gives it)")
     if model.theta is not None:
         return RecordMoves(model, moves=moves)
+    return CGMGibbs(NUTS(model, **nuts_options), moves=moves,
+                    joint_fn=interweave_fn(model, interweave, y))
+
+
+def interweave_fn(model: NoisyMarginalsModel, interweave: int | None = None,
+                  y: Array | None = None) -> Callable | None:
+    """The exact path's ``joint_fn`` for this model: ``interweave`` non-centred moves per step
+    (:func:`noncentred_fn`; default :func:`default_interweave`), or ``None`` for none."""
     k = default_interweave(model) if interweave is None else int(interweave)
-    joint = noncentred_fn(model, moves=k, y=y) if k > 0 else None
-    return CGMGibbs(NUTS(model, **nuts_options), moves=moves, joint_fn=joint)
+    return noncentred_fn(model, moves=k, y=y) if k > 0 else None

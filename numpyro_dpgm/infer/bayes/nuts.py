@@ -70,7 +70,7 @@ from .extend import (
     first_draws,
     resolve_chain_method,
 )
-from .gibbs import default_interweave, noncentred_fn
+from .gibbs import interweave_fn
 from .initialization import init_to_interior, init_values
 from .interweave import released_noise_share
 from .laplace_metric import choose_metric
@@ -511,7 +511,6 @@ def run_nuts(
         y = observed_answers(model, model_args, model_kwargs)
         k_start, rng_key = jax.random.split(rng_key)
         n0 = _exact_start(sampled, values, y, num_chains, k_start)
-        k = default_interweave(sampled) if interweave is None else int(interweave)
         if dense_mass is None:  # one release only: a batch's releases are independent
             dense_mass = (sampled.theta is None and y.ndim == 1
                           and sampled.coding.dim <= DENSE_MAX_DIM)
@@ -519,7 +518,7 @@ def run_nuts(
             sampled, rng_key, model_args, model_kwargs, ("n",),
             ("phi",) if sampled.theta is None else (), {**values, "n": n0},
             gibbs_moves=gibbs_moves,
-            joint_fn=noncentred_fn(sampled, moves=k, y=y) if k > 0 else None,
+            joint_fn=interweave_fn(sampled, interweave, y),
             **{**options, "dense_mass": dense_mass})
         mcmc.path_reason = reason
         return _finish(mcmc, started, time_limit, target_ess, callback, check, max_tree_depth)
