@@ -111,7 +111,7 @@ LAYERS = {
     "numpyro_dpgm.estimation.contract": ESTIMATION,  # the estimators' signature and registry
     "numpyro_dpgm.estimation.losses": ESTIMATION,
     "numpyro_dpgm.estimation.naive": ESTIMATION,
-    "numpyro_dpgm.estimation.em_program": ESTIMATION,
+    "numpyro_dpgm.infer.em_program": INFER,
     "numpyro_dpgm.estimation.em_risk": ESTIMATION,
     "numpyro_dpgm.estimation.cgm_em": ESTIMATION,
     "numpyro_dpgm.estimation.variational_em": ESTIMATION,

@@ -19,8 +19,9 @@ estimated risk on EM's path (Stein's estimate with a Monte-Carlo divergence,
 or the population's model that drew them).
 
 With the free natural M-step (the default) the whole loop is one compiled program
-(:mod:`numpyro_dpgm.estimation.em_program`): a refit of a known structure with new values, ``N``,
-noise scales, warm start, iteration limits or tolerances reuses it. Its reported loss
+(:mod:`numpyro_dpgm.infer.em_program`, the engine that :class:`~numpyro_dpgm.infer.em.EM` runs
+on a model of your own): a refit of a known structure with new values, ``N``, noise scales,
+warm start, iteration limits or tolerances reuses it. Its reported loss
 ``L(N·μ(θ_t))`` cannot rise from one iteration to the next (the E-step keeps its best iterate and
 the M-step is exact), and the fit never ends worse than its start: if it would (other M-steps,
 smoothing), the start is returned and ``extras["kept_start"]`` says so.
@@ -30,9 +31,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -40,6 +40,7 @@ from .._precision import warn_if_float32
 from .._warnings import warn
 from ..distributions.mrf import MarkovRandomField
 from ..infer.bayes import NoisyMarginalsModel
+from ..infer.em_program import STOP_REASONS, EMRecord, EMRun, em_loop, em_start_state, gauge_fix
 from ..infer.mstep import m_step
 from ..measurements import Measurement
 from ..network import MarkovNetwork
@@ -53,23 +54,12 @@ from .contract import (
     resolve_total,
     total_extras,
 )
-from .em_program import (
-    STOP_REASONS,
-    EMRecord,
-    EMState,
-    MeasurementEvidence,
-    em_block,
-    em_start_state,
-    em_theta,
-    gauge_fix,
-)
 from .em_risk import resolve_stop, risk_path, start_scales
-from .losses import check_measurements
+from .losses import MeasurementEvidence, check_measurements
 from .naive import naive_mle
 from .result import Result
 
-__all__ = ["CGMEMWarning", "cgm_em", "EMState", "MeasurementEvidence", "START_ITERS", "em_start",
-           "em_theta", "gauge_fix"]
+__all__ = ["CGMEMWarning", "cgm_em", "START_ITERS", "em_start"]
 
 Array = Any
 
@@ -78,44 +68,9 @@ class CGMEMWarning(UserWarning):
     """A CGM-EM fit whose E-step failed (non-finite values) or stalled at its start."""
 
 
-class _Run(NamedTuple):
-    """What either EM loop hands to :func:`_result`: the last ``θ`` and E-step counts, the
-    per-E-step records (numpy arrays), the stop reason (an entry of ``STOP_REASONS``) and the
-    damping's halvings."""
-
-    theta: Array
-    n_hat: Array
-    records: EMRecord
-    stop: str
-    halvings: int = 0
-
-
-def _fused_loop(network: MarkovNetwork, evidence: MeasurementEvidence, data: Any,
-                carry: Any, total: Array, schedule: Callable, max_iters: int, opts: tuple,
-                callback: Callable[[int, float], None] | None) -> _Run:
-    """EM in :func:`~numpyro_dpgm.estimation.em_program.em_block`: one call for
-    ``max_iters ≤ BLOCK``; with a callback, one call per iteration (the same program)."""
-    chunks = []
-    while True:
-        k, moves = int(carry.steps), int(carry.moves)
-        limit = max_iters if callback is None else moves + 1
-        carry, recs = em_block(network, evidence, schedule, data, total, carry,
-                               jnp.asarray(limit, jnp.int32), *opts)
-        done, stop = int(carry.steps), int(carry.stop)
-        chunks.append(jax.tree.map(lambda a, new=done - k: np.asarray(a[:new]), recs))
-        # an E-step that returned its converged start confirms a fixed point: an iteration too
-        fixed = stop == 1 and done > k and not bool(chunks[-1].moved[-1])
-        if callback is not None and (int(carry.moves) > moves or fixed):
-            callback(int(carry.moves) + int(fixed), float(chunks[-1].loss[-1]))
-        if stop or int(carry.moves) >= max_iters:
-            break
-    records = EMRecord(*(np.concatenate(parts) for parts in zip(*chunks, strict=True)))
-    return _Run(carry.theta, carry.n_hat, records, STOP_REASONS[stop], int(carry.halvings))
-
-
 def _host_loop(network: MarkovNetwork, evidence: MeasurementEvidence, data: Any, carry: Any,
                total: Array, max_iters: int, opts: dict, method: str,
-               callback: Callable[[int, float], None] | None) -> _Run:
+               callback: Callable[[int, float], None] | None) -> EMRun:
     """EM with an M-step of :func:`~numpyro_dpgm.infer.mstep.m_step`, iterated on the host."""
     theta, n_prev = carry.theta, carry.n_hat
     rows, stop = [], 0
@@ -143,10 +98,10 @@ def _host_loop(network: MarkovNetwork, evidence: MeasurementEvidence, data: Any,
         if stop:
             break
     records = EMRecord(*(np.asarray(col) for col in zip(*rows, strict=True)))
-    return _Run(theta, n_hat, records, STOP_REASONS[stop])
+    return EMRun(theta, n_hat, records, STOP_REASONS[stop])
 
 
-def _warn_estep(run: _Run, iterations: int, inner_iters: int) -> None:
+def _warn_estep(run: EMRun, iterations: int, inner_iters: int) -> None:
     """Say when an E-step failed or stalled, and what to do about it."""
     nonfinite = int(np.sum(run.records.nonfinite))
     if run.stop == "failed":
@@ -168,7 +123,7 @@ def _warn_estep(run: _Run, iterations: int, inner_iters: int) -> None:
              CGMEMWarning)
 
 
-def _result(run: _Run, start: Any, loss0: float, inner_iters: int, extras: dict,
+def _result(run: EMRun, start: Any, loss0: float, inner_iters: int, extras: dict,
             network: MarkovNetwork, began: float) -> Result:
     """The Result of a run: honest iteration count, the start kept if EM ended worse."""
     recs = run.records
@@ -302,7 +257,7 @@ def cgm_em(
         With the natural M-step: an E-step that finds nothing better than its start (stiff
         evidence, e.g. Laplace noise of a few counts at ε = 10) is retried with the damping
         halved, at most this many times in a run; the halved damping is kept for the later
-        E-steps (:mod:`~numpyro_dpgm.estimation.em_program`). 0 stops EM at such an E-step.
+        E-steps (:mod:`~numpyro_dpgm.infer.em_program`). 0 stops EM at such an E-step.
     m_step_method : str, optional
         ``None`` uses the free natural-space M-step when ``space="natural"``, else
         :func:`~numpyro_dpgm.infer.mstep.m_step`'s ``"auto"``.
@@ -403,8 +358,9 @@ def cgm_em(
             extras.update(risk=path.risk[path.start], risk_df=path.df[path.start],
                           risk_paths=path.risk, risk_best=path.best, target=target)
         start, loss0 = em_start_state(network, evidence, theta, data, total_arr)
-        run = _fused_loop(network, evidence, data, start, total_arr, schedule, max_em_iters,
-                          opts, callback)
+        report = None if callback is None else (lambda t, _, loss: callback(t, loss))
+        run = em_loop(network, evidence, data, start, total_arr, schedule, max_em_iters, opts,
+                      report)
     else:
         start, loss0 = em_start_state(network, evidence, theta, data, total_arr)
         run = _host_loop(network, evidence, data, start, total_arr, max_em_iters,

@@ -78,11 +78,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..infer.em_program import em_block, em_start_state
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
-from .em_program import MeasurementEvidence, em_block, em_start_state
-from .losses import LAPLACE_FAMILY, term_answers
+from .losses import LAPLACE_FAMILY, MeasurementEvidence, term_answers
 
 __all__ = ["MAX_PATH", "PATIENCE", "PROBES", "RISK_STARTS", "STEP", "TARGETS", "RiskPath",
            "one_standard_error", "resolve_stop", "risk_path", "start_scales"]

@@ -30,6 +30,7 @@ from ..tables import project_table, projection_index
 __all__ = [
     "LAPLACE_FAMILY",
     "LossTerm",
+    "MeasurementEvidence",
     "TermData",
     "TermGroup",
     "build_terms",
@@ -425,3 +426,26 @@ def _nll(network: MarkovNetwork, terms: tuple[LossTerm, ...], theta: Array,
          data: tuple[TermData, ...], total: Array) -> Array:
     mu = network.flatten(jt.marginals(network, theta)) * total
     return terms_loss(network, terms, mu, data, jnp.asarray(0.0, mu.dtype))
+
+
+class MeasurementEvidence(NamedTuple):
+    """``log p(y | n)`` of a list of measurements, up to a constant (hashable, static).
+
+    Laplace-family noise gives ``−‖Q n_C − y‖₁ / b`` per measurement, Gaussian-family noise
+    ``−‖Q n_C − y‖² / (2σ²)``; discrete noise is treated as its continuous counterpart.
+    Call as ``evidence(n, data, smoothing)`` with ``data`` from :meth:`build`; ``smoothing > 0``
+    replaces ``|r|`` of Laplace terms by a Huber function of width ``smoothing·b``.
+    """
+
+    network: MarkovNetwork
+    terms: tuple[LossTerm, ...]
+
+    @classmethod
+    def build(
+        cls, network: MarkovNetwork, measurements: Sequence[Measurement]
+    ) -> tuple[MeasurementEvidence, Any]:
+        terms, data = build_terms(network, measurements, "auto")
+        return cls(network, terms), data
+
+    def __call__(self, n: Array, data: Any, smoothing: Array = 0.0) -> Array:
+        return -terms_loss(self.network, self.terms, n, data, jnp.asarray(smoothing))

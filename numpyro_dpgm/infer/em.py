@@ -41,10 +41,11 @@ from ..measurements import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace,
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
 from ..oracles.mle import default_l2, fit_theta, project_simplex, vanishing_floor
-from ..oracles.nlbp import ScaledDamping, check_halvings, resolve_damping
+from ..oracles.nlbp import check_halvings, resolve_damping
 from .bayes.checks import ConvergenceWarning
+from .em_program import EMRun, em_loop, em_start_state
 from .estep import estep_engine
-from .handlers import join, nlbp, split_static
+from .handlers import ModelEvidence, join, nlbp, split_static
 from .mstep import m_step
 
 __all__ = ["DEFAULT_MAX_ITERS", "EM", "EMConvergenceWarning", "EMResult"]
@@ -60,6 +61,9 @@ _M_STEPS: LRUCache = LRUCache(MAX_M_STEPS)
 #: Adult's attributes (N = 48,842, b = 6). The sampling E-steps' means carry Monte-Carlo noise
 #: that keeps the change above any tight tolerance, so their bound is the iterations they run.
 DEFAULT_MAX_ITERS = {"nlbp": 1000, "variational": 10, "mcmc": 10, "exact": 10}
+
+#: NLBP's tolerance within an E-step (the :class:`~numpyro_dpgm.infer.handlers.nlbp` handler's).
+_INNER_TOL = 1e-8
 
 #: Relative shortfall of a fit's noise log-likelihood below the noisy tables' fit's that warns.
 _LOGLIK_SLACK = 1e-9
@@ -103,6 +107,10 @@ class EMResult(NamedTuple):
     noisy_loglik : float
         The same at the consistent fit of the clipped noisy tables (NaN where the model
         releases no whole table, or with a sampling E-step); the fit warns when its own is lower.
+    stop : str
+        Why the run stopped: ``"converged"``, ``"iteration limit"``, ``"stalled"`` (the
+        marginals stopped moving before the last E-step converged) or ``"failed"`` (every
+        NLBP iterate of the last E-step was non-finite).
     """
 
     params: dict
@@ -117,6 +125,7 @@ class EMResult(NamedTuple):
     init: str = "param"
     release_loglik: float = float("nan")
     noisy_loglik: float = float("nan")
+    stop: str = "converged"
 
 
 class EM:
@@ -136,8 +145,13 @@ class EM:
     ``θ·n̂ − N·A(θ)`` (plus the observed sites' log densities) over the ``numpyro.param`` sites.
     When the CGM's ``theta`` is itself a param site, the maximiser is moment matching: NLBP's
     ``η̂`` in natural space (no optimisation), or :func:`~numpyro_dpgm.infer.mstep.m_step`
-    on the mean of the other E-steps; otherwise (e.g. tied parameters,
-    ``theta = f(params)``) L-BFGS from ``optax`` solves it in the params' unconstrained space.
+    on the mean of the other E-steps. With NLBP in natural space that whole loop is one compiled
+    program, the one :func:`~numpyro_dpgm.estimation.cgm_em.cgm_em` runs
+    (:mod:`~numpyro_dpgm.infer.em_program`), its evidence the model's observed sites: a refit
+    with new array arguments (values, totals, scales) reuses it, while a Python number among the
+    arguments is part of the program (as in NumPyro's ``MCMC`` without ``jit_model_args``).
+    Otherwise (e.g. tied parameters, ``theta = f(params)``) L-BFGS from ``optax`` solves it in
+    the params' unconstrained space.
 
     Parameters
     ----------
@@ -379,11 +393,10 @@ class EM:
         tr = self._trace_at(key, dict(params, **{self.latent: n}), args, kwargs)
         return float(_observed_log_prob(tr, self.latent))
 
-    def _e_step(self, key: Any, params: dict, args: tuple, kwargs: dict,
-                options: dict | None = None) -> tuple[Any, Any]:
+    def _e_step(self, key: Any, params: dict, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         if self.estep != "nlbp":
             return self._mean_e_step(key, params, args, kwargs)
-        handler = nlbp(self.model, latent=self.latent, **(options or self.nlbp_options))
+        handler = nlbp(self.model, latent=self.latent, **self.nlbp_options)
         wrapped = handlers.substitute(handlers.seed(handler, key), data=params)
         tr = handlers.trace(wrapped).get_trace(*args, **kwargs)
         if self.latent not in tr:
@@ -492,34 +505,89 @@ class EM:
         kwargs = {k: _from_pandas(v) for k, v in kwargs.items()}
         tr = self._check_observations(rng_key, dict(init_params or {}), args, kwargs)
         params, how, noisy = self._start(rng_key, tr, dict(init_params or {}), args, kwargs)
+        theta_name = self._theta_param(tr)
+        if self.estep == "nlbp" and self.nlbp_options["space"] == "natural" and theta_name:
+            params = {k: s["value"] for k, s in tr.items() if s["type"] == "param"} | params
+            run = self._free_loop(tr, params, theta_name, args, kwargs, callback)
+            recs = run.records
+            # a retry (an E-step that did not move θ) is not an iteration; the last E-step is
+            counted = recs.moved.astype(bool)
+            counted[-1:] = True
+            params = dict(params, **{theta_name: run.theta})
+            n_hat, halvings, stop = run.n_hat, run.halvings, run.stop
+            changes = [float(c) for c in recs.change[counted]]
+            objectives = [float(o) for o in recs.objective[counted]]
+            converged = stop == "converged"
+        else:
+            params, n_hat, changes, objectives, converged, stop = self._host_loop(
+                rng_key, params, args, kwargs, callback)
+            halvings = 0
+        cgm = self._cgm(params, n_hat, args, kwargs, rng_key)
+        release = reference = float("nan")
+        if self.estep == "nlbp":
+            release = self._release_loglik(rng_key, params, cgm, cgm.theta, args, kwargs)
+            if noisy is not None:
+                reference = self._release_loglik(rng_key, params, cgm, noisy, args, kwargs)
+        fit = EMResult(params, n_hat, MarkovRandomField(cgm.network, cgm.theta), len(changes),
+                       converged, changes, objectives, time.perf_counter() - start, halvings,
+                       how, release, reference, stop)
+        if self.estep == "nlbp":
+            self._warn_fit(fit)
+        return fit
+
+    def _free_loop(self, tr: Any, params: dict, theta_name: str, args: tuple, kwargs: dict,
+                   callback: Callable[[int, dict], None] | None) -> EMRun:
+        """NLBP-EM with the free M-step ``θ_{t+1} = η̂_t``: the compiled loop of
+        :mod:`~numpyro_dpgm.infer.em_program` (CGM-EM's), its evidence the model's observed
+        sites given the latent tables and the values upstream of them (``tr``, at ``params``)."""
+        fn = tr[self.latent]["fn"]
+        values = {}
+        for name, site in tr.items():
+            if name == self.latent:
+                break
+            if site["type"] in ("param", "sample"):
+                values[name] = params.get(name, site["value"])
+        static, treedef, positions, arrays = split_static((args, kwargs))
+        evidence = _ReleaseEvidence(ModelEvidence(self.model, self.latent, static, treedef,
+                                                  positions, self.nlbp_options["smoothing"]))
+        theta0 = jnp.asarray(params[theta_name])
+        dtype = theta0.dtype
+        total = jnp.asarray(fn.total_count, dtype)
+        data = (arrays, values)
+        carry, _ = em_start_state(fn.network, evidence, theta0, data, total)
+        opts = (jnp.asarray(self.tol, dtype), jnp.asarray(self.nlbp_options["max_iters"],
+                                                          jnp.int32),
+                jnp.asarray(_INNER_TOL, dtype), jnp.zeros((), dtype),
+                jnp.asarray(self.max_halvings, jnp.int32), jnp.asarray(True))
+        report = None
+        if callback is not None:
+            def report(t: int, carry: Any, _: float) -> None:
+                callback(t, dict(params, **{theta_name: carry.theta}))
+        schedule = resolve_damping("natural", self.nlbp_options["damping"])
+        return em_loop(fn.network, evidence, data, carry, total, schedule, self.max_iters, opts,
+                       report)
+
+    def _host_loop(self, rng_key: Any, params: dict, args: tuple, kwargs: dict,
+                   callback: Callable[[int, dict], None] | None) -> tuple:
+        """EM iterated on the host: a sampling E-step (or NLBP in counts space, or a ``θ``
+        computed from other params) and the matching M-step, until the marginals stop moving
+        or ``max_iters``."""
         tr, res = self._e_step(rng_key, params, args, kwargs)
         params = {k: s["value"] for k, s in tr.items() if s["type"] == "param"} | params
         changes, objectives = [], []
-        converged = False
+        converged, stop = False, "iteration limit"
         fn = tr[self.latent]["fn"]
         mu_prev = fn.network.flatten(jt.marginals(fn.network, fn.theta))
-        natural = self.nlbp_options["space"] == "natural"
         general_m_step = None
-        options, halvings = dict(self.nlbp_options), 0
-        schedule = resolve_damping(options["space"], options["damping"])
         for it in range(self.max_iters):
             if it > 0:
                 if self.estep != "nlbp":  # fresh draws for the sampling E-steps
                     rng_key = jax.random.split(rng_key)[0]
-                tr, res = self._e_step(rng_key, params, args, kwargs, options)
+                tr, res = self._e_step(rng_key, params, args, kwargs)
             theta_name = self._theta_param(tr)
-            free = self.estep == "nlbp" and natural and theta_name is not None
-            while (free and halvings < self.max_halvings and not bool(res.converged)
-                   and bool(jnp.all(res.eta == tr[self.latent]["fn"].theta))):
-                # nothing beat the start: retry with half the damping, and keep it
-                halvings += 1
-                options["damping"] = ScaledDamping(schedule, 0.5 ** halvings)
-                tr, res = self._e_step(rng_key, params, args, kwargs, options)
             objectives.append(float(res.objective))
             n_hat = tr[self.latent]["value"]
-            if free:
-                params = dict(params, **{theta_name: res.eta})
-            elif self.estep != "nlbp" and theta_name is not None:
+            if self.estep != "nlbp" and theta_name is not None:
                 params = dict(params, **{theta_name: m_step(fn.network, n_hat,
                                                              params[theta_name])})
             else:
@@ -536,33 +604,21 @@ class EM:
             if callback is not None:
                 callback(it + 1, params)
             if change < self.tol:
-                # a fixed point only if the E-step converged too (an E-step that found nothing
-                # better than its start returns it, and θ stops moving without converging):
-                # otherwise go on with half the damping while halvings are left
-                if free and not bool(res.converged) and halvings < self.max_halvings:
-                    halvings += 1
-                    options["damping"] = ScaledDamping(schedule, 0.5 ** halvings)
-                    continue
                 converged = bool(res.converged)
+                stop = "converged" if converged else "stalled"
                 break
-        cgm = self._cgm(params, n_hat, args, kwargs, rng_key)
-        release = reference = float("nan")
-        if self.estep == "nlbp":
-            release = self._release_loglik(rng_key, params, cgm, cgm.theta, args, kwargs)
-            if noisy is not None:
-                reference = self._release_loglik(rng_key, params, cgm, noisy, args, kwargs)
-        fit = EMResult(params, n_hat, MarkovRandomField(cgm.network, cgm.theta), len(changes),
-                       converged, changes, objectives, time.perf_counter() - start, halvings,
-                       how, release, reference)
-        if self.estep == "nlbp":
-            self._warn_fit(fit)
-        return fit
+        return params, n_hat, changes, objectives, converged, stop
 
     def _warn_fit(self, fit: EMResult) -> None:
         """Say when an NLBP-EM run stopped unconverged or ended worse than the noisy tables'
         fit, and what to do about it."""
         said, remedies = [], []
-        if not fit.converged and fit.marginal_change[-1] >= self.tol:
+        if fit.stop == "failed":
+            said.append(f"EM stopped after {fit.iterations} iteration(s) because every NLBP "
+                        "iterate of its last E-step was non-finite.")
+            remedies.append("pass a smaller damping (e.g. damping=0.01) or smoothing=0.1, or "
+                            "check the observed values and noise scales")
+        elif not fit.converged and fit.marginal_change[-1] >= self.tol:
             said.append(f"EM stopped at the iteration limit (max_iters={self.max_iters}) "
                         f"before converging: the marginals still moved by "
                         f"{fit.marginal_change[-1]:.3g} (L1, largest clique) in the last "
@@ -592,6 +648,17 @@ class EM:
         """The CGM site's distribution at ``params`` (its value substituted, not sampled)."""
         return self._trace_at(key, dict(params, **{self.latent: n}), args,
                               kwargs)[self.latent]["fn"]
+
+
+class _ReleaseEvidence(NamedTuple):
+    """A model's :class:`~numpyro_dpgm.infer.handlers.ModelEvidence` called as the compiled EM
+    loop calls its evidence, ``evidence(n, data, smoothing)`` with ``data = (arrays, values)``
+    (the model's own smoothing option applies; the loop's is not used)."""
+
+    model: ModelEvidence
+
+    def __call__(self, n: Any, data: tuple, smoothing: Any = 0.0) -> Any:
+        return self.model(n, *data)
 
 
 def _observed_log_prob(tr: Any, latent: str) -> Any:

@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_dpgm.estimation.em_program import MeasurementEvidence, em_theta
-from numpyro_dpgm.estimation.losses import TermData
+from numpyro_dpgm.estimation.losses import MeasurementEvidence, TermData
 from numpyro_dpgm.estimation.naive import DEFAULT_L2_FLOOR, naive_mle, naive_theta
+from numpyro_dpgm.infer.em_program import em_theta
 from numpyro_dpgm.measurements import Laplace, Measurement
 from numpyro_dpgm.network import MarkovNetwork
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from numpyro_dpgm.distributions.mrf import MarkovRandomField
-from numpyro_dpgm.estimation.em_program import MeasurementEvidence
+from numpyro_dpgm.estimation.losses import MeasurementEvidence
 from numpyro_dpgm.estimation.naive import DEFAULT_L2_FLOOR, default_l2, fit_mle, project_tables
 from numpyro_dpgm.learners.psgd import UnreachableEpsilonError, psgd
 from numpyro_dpgm.network import MarkovNetwork

@@ -15,9 +15,9 @@ import pytest
 from test_cgm_em import CHAIN, L1_CASES, identity_measurements, l1_problem
 
 from numpyro_dpgm.estimation import cgm_em, naive_mle
-from numpyro_dpgm.estimation import em_program as ep
 from numpyro_dpgm.estimation.cgm_em import CGMEMWarning
 from numpyro_dpgm.estimation.losses import measurement_nll
+from numpyro_dpgm.infer import em_program as ep
 from numpyro_dpgm.measurements import Gaussian, Laplace
 
 

@@ -203,6 +203,56 @@ def test_em_equals_cgm_em() -> None:
     np.testing.assert_allclose(N * mu, np.asarray(fit.n), rtol=1e-9, atol=1e-8)
 
 
+def test_em_on_a_model_of_your_own_is_cgm_em_s_compiled_loop() -> None:
+    """Two releases of the tables (Laplace and Gaussian) and a noise scale read from a param
+    upstream of the CGM: EM runs the compiled loop of ``cgm_em`` (``infer.em_program``) with
+    the model's own observed sites as its evidence, so it reaches the same fit as ``cgm_em`` on
+    the equivalent measurements; its callback sees every iteration's params, and a refit with
+    new values, total and scales (arrays: the program's arguments; a Python number is part of
+    the program) compiles nothing new."""
+    from numpyro_dpgm.infer import em_program
+    from numpyro_dpgm.measurements import Gaussian
+
+    def model(y1, y2, total, sigma):
+        b = numpyro.param("b", 2.0, constraint=dist.constraints.positive)
+        theta = numpyro.param("theta", jnp.zeros(CHAIN.num_params))
+        n = numpyro.sample("n", CollectiveGraphicalModel(CHAIN, theta, total))
+        numpyro.sample("y1", LaplaceNoise(n, b), obs=y1)
+        numpyro.sample("y2", GaussianNoise(n, sigma), obs=y2)
+
+    y2 = N_TRUE + np.random.default_rng(2).normal(0, 3.0, CHAIN.num_params)
+    seen = []
+    em = EM(model, latent="n", init="param", max_iters=8, inner_iters=40)
+    with pytest.warns(EMConvergenceWarning, match="iteration limit"):
+        fit = em.run(jax.random.key(0), jnp.asarray(Y), jnp.asarray(y2), jnp.asarray(N),
+                     jnp.asarray(3.0), callback=lambda t, params: seen.append((t, params["theta"])))
+    meas = [Measurement(c, Y[CHAIN.slice_of(c)], Laplace(2.0)) for c in CHAIN.cliques]
+    meas += [Measurement(c, y2[CHAIN.slice_of(c)], Gaussian(3.0)) for c in CHAIN.cliques]
+    ref = cgm_em(meas, CHAIN, total_count=N, max_iters=8, inner_iters=40, init="zeros")
+    assert fit.iterations == ref.iterations and fit.converged == ref.converged
+    # one E-step found nothing better than its start and was retried with half the damping:
+    # cgm_em records that retry, EM counts iterations only
+    assert fit.damping_halvings == 1
+    moved = ref.extras["estep_moved"]
+    np.testing.assert_allclose(fit.marginal_change,
+                               np.asarray(ref.extras["marginal_change"])[moved],
+                               rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(fit.n), np.asarray(ref.extras["n_hat"]),
+                               rtol=1e-9, atol=1e-8)
+    for c in CHAIN.cliques:
+        np.testing.assert_allclose(np.asarray(fit.model.marginal(c)),
+                                   np.asarray(ref.model.marginal(c)), rtol=1e-9, atol=1e-10)
+    assert [t for t, _ in seen] == list(range(1, fit.iterations + 1))
+    np.testing.assert_array_equal(np.asarray(seen[-1][1]), np.asarray(fit.params["theta"]))
+    assert float(fit.params["b"]) == 2.0  # the free M-step moves θ only
+    sizes = em_program.em_start_state._cache_size(), em_program.em_block._cache_size()
+    with pytest.warns(EMConvergenceWarning):  # cut short at three iterations
+        em3 = EM(model, latent="n", init="param", max_iters=3, inner_iters=20, tol=1e-9)
+        em3.run(jax.random.key(1), jnp.asarray(Y) + 1.0, jnp.asarray(y2) - 1.0,
+                jnp.asarray(2 * N), jnp.asarray(1.5))
+    assert (em_program.em_start_state._cache_size(), em_program.em_block._cache_size()) == sizes
+
+
 def _stiff_model(y, s):
     theta = numpyro.param("theta", jnp.zeros(CHAIN.num_params))
     n = numpyro.sample("n", CollectiveGraphicalModel(CHAIN, theta, N))

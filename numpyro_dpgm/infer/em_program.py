@@ -1,4 +1,10 @@
-"""The compiled EM loop of CGM-EM: natural-space NLBP E-step and free M-step in one program.
+"""The compiled EM loop: natural-space NLBP E-step and free M-step in one program.
+
+The one EM engine of the library: :class:`~numpyro_dpgm.infer.em.EM` runs it on a model of your
+own whose CGM's ``theta`` is a param (the evidence: the model's observed sites), and
+:func:`~numpyro_dpgm.estimation.cgm_em.cgm_em` on a list of measurements (the evidence:
+:class:`~numpyro_dpgm.estimation.losses.MeasurementEvidence`). The evidence is any hashable
+callable ``evidence(n, data, smoothing) -> log p(y | n)`` (up to a constant).
 
 One EM iteration (seed 002, Algorithm 2): ``η̂_t`` from NLBP warm-started at ``θ_t``
 (:func:`~numpyro_dpgm.oracles.nlbp.nlbp_loop`), ``θ_{t+1} = gauge_fix(η̂_t)`` (moment matching
@@ -21,26 +27,27 @@ that moved ``θ``.
 Stopping (``stop`` codes, :data:`STOP_REASONS`): ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁ < tol``
 with the E-step converged (a fixed point, 1) or not (the E-step stalled, 2); an E-step that
 stalled at its start with no halving left (2); an E-step whose iterates were all non-finite,
-so that it returned its start (3); else the iteration limit (0).
+so that it returned its start (3); else the iteration limit (0). With ``halve_at_rest``
+(:class:`~numpyro_dpgm.infer.em.EM`'s rule) a rest after an unconverged E-step is not a stop
+while halvings are left: EM goes on with half the damping.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ..measurements import Measurement
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
 from ..oracles.nlbp import ScaledDamping, nlbp_loop, resolve_damping
-from .losses import LossTerm, build_terms, terms_loss
 
-__all__ = ["BLOCK", "STOP_REASONS", "EMCarry", "EMRecord", "EMState", "MeasurementEvidence",
-           "em_block", "em_start_state", "em_theta", "gauge_fix"]
+__all__ = ["BLOCK", "STOP_REASONS", "EMCarry", "EMRecord", "EMRun", "EMState", "em_block",
+           "em_loop", "em_start_state", "em_theta", "gauge_fix"]
 
 Array = Any
 
@@ -50,29 +57,6 @@ BLOCK = 64
 #: The meaning of the ``stop`` codes of :class:`EMCarry`.
 STOP_REASONS = ("iteration limit", "converged", "stalled", "failed")
 _CONVERGED, _STALLED, _FAILED = 1, 2, 3
-
-
-class MeasurementEvidence(NamedTuple):
-    """``log p(y | n)`` of a list of measurements, up to a constant (hashable, static).
-
-    Laplace-family noise gives ``−‖Q n_C − y‖₁ / b`` per measurement, Gaussian-family noise
-    ``−‖Q n_C − y‖² / (2σ²)``; discrete noise is treated as its continuous counterpart.
-    Call as ``evidence(n, data, smoothing)`` with ``data`` from :meth:`build`; ``smoothing > 0``
-    replaces ``|r|`` of Laplace terms by a Huber function of width ``smoothing·b``.
-    """
-
-    network: MarkovNetwork
-    terms: tuple[LossTerm, ...]
-
-    @classmethod
-    def build(
-        cls, network: MarkovNetwork, measurements: Sequence[Measurement]
-    ) -> tuple[MeasurementEvidence, Any]:
-        terms, data = build_terms(network, measurements, "auto")
-        return cls(network, terms), data
-
-    def __call__(self, n: Array, data: Any, smoothing: Array = 0.0) -> Array:
-        return -terms_loss(self.network, self.terms, n, data, jnp.asarray(smoothing))
 
 
 def gauge_fix(network: MarkovNetwork, theta: Array) -> Array:
@@ -136,12 +120,12 @@ def _max_clique_l1(network: MarkovNetwork, a: Array, b: Array) -> Array:
                               for c in network.cliques]))
 
 
-def _em_step(network: MarkovNetwork, evidence: MeasurementEvidence, schedule: Callable,
+def _em_step(network: MarkovNetwork, evidence: Callable, schedule: Callable,
              data: Any, total: Array, carry: EMCarry, opts: tuple) -> tuple[EMCarry, EMRecord]:
     """One E-step warm-started at ``θ_t`` with the damping ``2^-h·α_t`` (``h`` halvings so
     far); then the free M-step ``θ_{t+1} = η̂``, or, where nothing beat the start and a halving
     is left, a retry."""
-    tol, inner_iters, inner_tol, smoothing, max_halvings = opts
+    tol, inner_iters, inner_tol, smoothing, max_halvings, halve_at_rest = opts
     r = nlbp_loop(network, carry.theta, total, evidence, (data, smoothing), space="natural",
                   schedule=ScaledDamping(schedule, 0.5 ** carry.halvings), max_iters=inner_iters,
                   tol=inner_tol, eta0=carry.theta)
@@ -151,13 +135,18 @@ def _em_step(network: MarkovNetwork, evidence: MeasurementEvidence, schedule: Ca
     # an EM fixed point needs the last E-step to have converged too: an E-step that found
     # nothing better than its start within its iterations returns that start
     failed = ~moved & (r.rejected > 0) & (r.rejected >= r.iterations)  # no finite iterate
-    retry = ~moved & ~failed & ~r.converged & (carry.halvings < max_halvings)
+    left = carry.halvings < max_halvings
+    retry = ~moved & ~failed & ~r.converged & left
+    # with ``halve_at_rest``, marginals at rest after an unconverged E-step that moved θ are
+    # not a stop either: EM goes on from there with half the damping
+    rest = moved & (change < tol) & ~r.converged & left & halve_at_rest
     # an E-step that returns its start, not retried, ends EM: a fixed point if it converged
-    still = ~moved | (change < tol)
+    still = (~moved | (change < tol)) & ~rest
     stop = jnp.where(failed, _FAILED,
                      jnp.where(retry, 0,
                                jnp.where(still, jnp.where(r.converged, _CONVERGED, _STALLED),
                                          0)))
+    retry = retry | rest
     loss = -evidence(r.n, data, jnp.zeros((), total.dtype))
     record = EMRecord(r.objective, change, r.converged, loss, r.rejected, moved)
     return EMCarry(theta, r.n, carry.steps + 1, carry.moves + moved.astype(carry.moves.dtype),
@@ -186,7 +175,7 @@ def _run(network, evidence, schedule, data, total, carry, limit, opts, first, le
     return jax.lax.while_loop(cond, body, (carry, _empty_records(length, carry.theta.dtype)))
 
 
-def _start(network: MarkovNetwork, evidence: MeasurementEvidence, theta0: Array, data: Any,
+def _start(network: MarkovNetwork, evidence: Callable, theta0: Array, data: Any,
            total: Array) -> tuple[EMCarry, Array]:
     theta0 = gauge_fix(network, theta0)
     n0 = total * network.flatten(jt.marginals(network, theta0))
@@ -196,30 +185,32 @@ def _start(network: MarkovNetwork, evidence: MeasurementEvidence, theta0: Array,
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def em_start_state(network: MarkovNetwork, evidence: MeasurementEvidence, theta0: Array,
+def em_start_state(network: MarkovNetwork, evidence: Callable, theta0: Array,
                    data: Any, total: Array) -> tuple[EMCarry, Array]:
     """The carry of EM at ``θ_0`` (gauge-fixed, ``n = N·μ(θ_0)``) and the loss there."""
     return _start(network, evidence, theta0, data, total)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def em_block(network: MarkovNetwork, evidence: MeasurementEvidence, schedule: Callable,
+def em_block(network: MarkovNetwork, evidence: Callable, schedule: Callable,
              data: Any, total: Array, carry: EMCarry, limit: Array, tol: Array,
              inner_iters: Array, inner_tol: Array, smoothing: Array,
-             max_halvings: Array) -> tuple[EMCarry, EMRecord]:
+             max_halvings: Array, halve_at_rest: Array = False) -> tuple[EMCarry, EMRecord]:
     """Up to :data:`BLOCK` E-steps from ``carry``, until ``carry.moves == limit`` or a stop.
 
     Every argument but the network, the evidence's structure and the damping schedule is
     traced. The records hold the E-steps ``carry.steps ..`` of the input carry in order
-    (``nan`` / ``False`` / 0 past the last one run).
+    (``nan`` / ``False`` / 0 past the last one run). ``halve_at_rest``: where the marginals
+    come to rest (change below ``tol``) after an E-step that moved ``θ`` without converging,
+    halve the damping and go on while halvings are left, instead of stopping as stalled.
     """
-    opts = (tol, inner_iters, inner_tol, smoothing, max_halvings)
+    opts = (tol, inner_iters, inner_tol, smoothing, max_halvings, halve_at_rest)
     return _run(network, evidence, schedule, data, total, carry, limit, opts, carry.steps, BLOCK)
 
 
 def em_theta(
     network: MarkovNetwork,
-    evidence: MeasurementEvidence,
+    evidence: Callable,
     data: Any,
     theta0: Array,
     total: Array,
@@ -249,9 +240,48 @@ def em_theta(
     cap = max(int(max_em_iters), 1) + int(max_halvings)
     carry, _ = _start(network, evidence, theta0, data, total)
     opts = (jnp.asarray(tol, dtype), inner_iters, jnp.asarray(inner_tol, dtype),
-            jnp.asarray(smoothing, dtype), max_halvings)
+            jnp.asarray(smoothing, dtype), max_halvings, False)
     carry, recs = _run(network, evidence, resolve_damping("natural", damping), data, total,
                        carry, max_em_iters, opts, 0, cap)
     return EMState(carry.theta, carry.n_hat, recs.objective, recs.change, recs.estep_converged,
                    carry.moves, carry.stop == _CONVERGED, recs.loss, recs.nonfinite, carry.stop,
                    recs.moved, carry.steps, carry.halvings)
+
+
+class EMRun(NamedTuple):
+    """What :func:`em_loop` returns: the last ``θ`` and E-step counts, the per-E-step records
+    (numpy arrays, retries included), the stop reason (an entry of :data:`STOP_REASONS`) and
+    the damping's halvings."""
+
+    theta: Array
+    n_hat: Array
+    records: EMRecord
+    stop: str
+    halvings: int = 0
+
+
+def em_loop(network: MarkovNetwork, evidence: Callable, data: Any, carry: EMCarry,
+            total: Array, schedule: Callable, max_iters: int, opts: tuple,
+            callback: Callable[[int, EMCarry, float], None] | None = None) -> EMRun:
+    """EM by :func:`em_block` from ``carry`` until a stop or ``max_iters`` iterations.
+
+    One call per :data:`BLOCK` E-steps; with a callback, one call per iteration (the same
+    program), then ``callback(iteration, carry, loss)`` after it. ``opts`` are ``em_block``'s
+    ``(tol, inner_iters, inner_tol, smoothing, max_halvings[, halve_at_rest])``.
+    """
+    chunks = []
+    while True:
+        k, moves = int(carry.steps), int(carry.moves)
+        limit = max_iters if callback is None else moves + 1
+        carry, recs = em_block(network, evidence, schedule, data, total, carry,
+                               jnp.asarray(limit, jnp.int32), *opts)
+        done, stop = int(carry.steps), int(carry.stop)
+        chunks.append(jax.tree.map(lambda a, new=done - k: np.asarray(a[:new]), recs))
+        # an E-step that returned its converged start confirms a fixed point: an iteration too
+        fixed = stop == _CONVERGED and done > k and not bool(chunks[-1].moved[-1])
+        if callback is not None and (int(carry.moves) > moves or fixed):
+            callback(int(carry.moves) + int(fixed), carry, float(chunks[-1].loss[-1]))
+        if stop or int(carry.moves) >= max_iters:
+            break
+    records = EMRecord(*(np.concatenate(parts) for parts in zip(*chunks, strict=True)))
+    return EMRun(carry.theta, carry.n_hat, records, STOP_REASONS[stop], int(carry.halvings))
