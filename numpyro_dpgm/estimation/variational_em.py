@@ -80,12 +80,14 @@ def latent_counts_model(
     network: MarkovNetwork,
     measurements: Sequence[Measurement],
     total_count: int,
+    *,
+    relaxed: bool = True,
 ) -> Callable[..., None]:
     """The NumPyro model ``model(y)`` of a release with ``θ`` a ``numpyro.param`` (for EM).
 
-    Sites: ``theta`` (param, the network's layout), ``n`` (relaxed CGM on the network or its
-    triangulation, :func:`~numpyro_dpgm.distributions.constraints.triangulated`), ``y``
-    (observed: every measurement's answers, Laplace- or Gaussian-family noise).
+    Sites: ``theta`` (param, the network's layout), ``n`` (CGM, relaxed or exact, on the
+    network or its triangulation, :func:`~numpyro_dpgm.distributions.constraints.triangulated`),
+    ``y`` (observed: every measurement's answers, Laplace- or Gaussian-family noise).
 
     Parameters
     ----------
@@ -95,6 +97,9 @@ def latent_counts_model(
     measurements : sequence of Measurement
         One noise family (as :func:`numpyro_dpgm.infer.bayes.noisy_marginals_model`).
     total_count : int
+    relaxed : bool
+        A relaxed CGM site (the sampling and variational E-steps) or an exact one (the exact
+        E-step's record swaps).
 
     Returns
     -------
@@ -111,12 +116,12 @@ def latent_counts_model(
     readout = noisy_marginals_model(network, measurements, total_count,
                                     theta=jnp.zeros(network.num_params), triangulate=True,
                                     record_marginals=False)
-    key = (network, readout.noise_family,
+    key = (network, readout.noise_family, bool(relaxed),
            tuple((m.clique, None if m.query is None else np.asarray(m.query).tobytes())
                  for m in readout.measurements))
     model = _MODELS.get(key)
     if model is None:
-        model = _MODELS[key] = _make_model(readout)
+        model = _MODELS[key] = _make_model(readout, bool(relaxed))
     model.readout = readout  # type: ignore[attr-defined]
     return model
 
@@ -124,14 +129,14 @@ def latent_counts_model(
 _MODELS: LRUCache = LRUCache(32)  # the last 32 release structures' models
 
 
-def _make_model(readout: Any) -> Callable[..., None]:
+def _make_model(readout: Any, relaxed: bool) -> Callable[..., None]:
     noise = LaplaceNoise if readout.noise_family == "laplace" else GaussianNoise
     net, latent = readout.network, readout.latent_network
 
     def model(y: Array, scales: Array, total: Array) -> None:
         theta = numpyro.param("theta", jnp.zeros(net.num_params))
         n = numpyro.sample("n", CollectiveGraphicalModel(
-            latent, readout.latent_theta(theta), total, relaxed=True))
+            latent, readout.latent_theta(theta), total, relaxed=relaxed))
         numpyro.sample("y", noise(readout.predict(n), scales), obs=y)
 
     return model
@@ -174,7 +179,7 @@ def run_em_estimator(
     max_iters = check_max_iters(max_iters)
     key = stochastic_key(rng_key, name)
     theta0, how = initial_theta(measurements, network, total, init)
-    model = latent_counts_model(network, measurements, total)
+    model = latent_counts_model(network, measurements, total, relaxed=estep != "exact")
     readout = model.readout  # type: ignore[attr-defined]
     leak = (None if estep == "exact" else  # no relaxation to leak
             warn_if_leaky(readout.latent_network, readout.latent_theta(theta0), total, name,

@@ -139,8 +139,8 @@ class EM:
     :class:`~numpyro_dpgm.infer.estep.MCMCEStep`); both need a relaxed CGM site and run
     with the params fixed, warm-started from the previous E-step. ``estep="exact"`` puts the
     mean of exact record-swap draws of the integer tables there
-    (:class:`~numpyro_dpgm.infer.estep.ExactEStep`; the model must be a
-    :func:`~numpyro_dpgm.estimation.variational_em.latent_counts_model`). M-step: maximise the
+    (:class:`~numpyro_dpgm.infer.estep.ExactEStep`; an exact CGM site, read by this
+    library's noise sites, and no other latent site). M-step: maximise the
     complete-data log-likelihood
     ``θ·n̂ − N·A(θ)`` (plus the observed sites' log densities) over the ``numpyro.param`` sites.
     When the CGM's ``theta`` is itself a param site, the maximiser is moment matching: NLBP's
@@ -407,9 +407,14 @@ class EM:
                      kwargs: dict) -> tuple[Any, Any]:
         """Variational or Monte-Carlo E-step: the latent site's value becomes ``E[n]``."""
         tr = self._feasible_trace(key, params, args, kwargs)
-        if not getattr(tr[self.latent]["fn"], "relaxed", False):
+        relaxed = bool(getattr(tr[self.latent]["fn"], "relaxed", False))
+        if self.estep == "exact" and relaxed:
+            raise ValueError("estep='exact' draws integer tables: it needs an exact CGM site "
+                             "(CollectiveGraphicalModel(..., relaxed=False), the default)")
+        if self.estep != "exact" and not relaxed:
             raise ValueError(f"estep={self.estep!r} needs a relaxed CGM site "
-                             "(CollectiveGraphicalModel(..., relaxed=True))")
+                             "(CollectiveGraphicalModel(..., relaxed=True)); estep='exact' "
+                             "samples the exact one")
         if self._engine is None:
             self._engine = estep_engine(self.estep, self.model, self.latent, self.estep_options,
                                         support=tr[self.latent]["fn"].support)

@@ -1,11 +1,11 @@
-"""E-step engines of EM on relaxed collective graphical models: ``E[n | y; θ_t]`` by sampling
-or by variational inference, with the model's params held fixed.
+"""E-step engines of EM on collective graphical models: ``E[n | y; θ_t]`` by sampling or by
+variational inference, with the model's params held fixed.
 
 :class:`VariationalEStep` fits a Gaussian autoguide by SVI and averages guide draws (variational
 EM, :func:`~numpyro_dpgm.estimation.variational_em.variational_em`); :class:`MCMCEStep` averages
 NUTS draws from a warm-started chain (Monte-Carlo EM, :func:`~numpyro_dpgm.estimation.mcem.mcem`);
-:class:`ExactEStep` averages exact record-swap draws of the integer tables (Monte-Carlo EM on the
-exact CGM, ``mcem(..., counts="exact")``).
+:class:`ExactEStep` averages exact record-swap draws of the integer tables of an exact CGM site
+(Monte-Carlo EM on the exact CGM, ``mcem(..., counts="exact")``, or on a model of your own).
 :func:`estep_engine` caches one engine per model, so many releases fitted with one cached model
 compile once. :class:`numpyro_dpgm.infer.EM` picks the engine with ``estep="variational"``,
 ``estep="mcmc"`` or ``estep="exact"``.
@@ -24,13 +24,11 @@ import numpyro
 from numpyro import handlers
 from numpyro.infer import NUTS, SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoMultivariateNormal, AutoNormal
+from numpyro.infer.util import log_density
 
 from .._cache import LRUCache
-from ..distributions.cgm import CollectiveGraphicalModel
-from ..distributions.noise import GaussianNoise, LaplaceNoise
 from .bayes import init_to_interior
-from .bayes.gibbs import default_moves
-from .bayes.records import record_plan, record_update, records_from_tables
+from .bayes.count_gibbs import RecordMoves
 from .handlers import join, split_static
 
 __all__ = [
@@ -319,27 +317,30 @@ class MCMCEStep:
 
 
 class ExactEStep:
-    """Posterior mean of the integer tables by exact record swaps, with the model's ``θ`` fixed.
+    """Posterior mean of the integer tables by exact record swaps, with the model's params fixed.
 
-    The exact update of :mod:`numpyro_dpgm.infer.bayes.records` (Metropolis–Hastings record
-    swaps that leave ``p(n | y; θ)`` of the exact CGM invariant), run as one chain whose
-    records are kept across E-steps (the first E-step deals them from a CGM draw at ``θ_0``
-    and runs ``burn_in`` updates first, rounded up to a multiple of ``chunk``). No relaxation:
-    the mean is of the exact posterior, up to Monte Carlo error.
+    The record moves of :class:`~numpyro_dpgm.infer.bayes.RecordMoves` (Metropolis–Hastings
+    record swaps that leave ``p(n | y; θ)`` of the exact CGM invariant) on the model with its
+    params substituted, run as one chain whose records are kept across E-steps (the first
+    E-step deals them from a CGM draw at ``θ_0`` and runs ``burn_in`` updates first, rounded up
+    to a multiple of ``chunk``). No relaxation: the mean is of the exact posterior, up to Monte
+    Carlo error.
 
     Parameters
     ----------
     model : callable
-        A :func:`~numpyro_dpgm.estimation.variational_em.latent_counts_model` (its ``readout``
-        is the release's :class:`~numpyro_dpgm.infer.bayes.NoisyMarginalsModel`), with the
-        param ``theta`` in the network's layout.
+        A NumPyro model whose latent site is an exact
+        :class:`~numpyro_dpgm.distributions.CollectiveGraphicalModel` read by this library's
+        noise sites (what :class:`~numpyro_dpgm.infer.bayes.CGMGibbs` accepts), its ``θ`` a
+        function of the model's ``numpyro.param`` sites, and no other latent site.
     latent : str
     first_draws, last_draws, growth :
         Updates averaged per E-step, :func:`draw_schedule`.
     burn_in : int
         Updates before the first E-step's draws (rounded up to a multiple of ``chunk``).
     moves : int, optional
-        Record swaps per update (:func:`~numpyro_dpgm.infer.bayes.gibbs.default_moves`).
+        Record swaps per update (:func:`~numpyro_dpgm.infer.bayes.gibbs.default_moves` of
+        the total).
     chunk : int
         Updates run in compiled scans of ``chunk`` (draws rounded up to multiples of it).
     """
@@ -350,67 +351,63 @@ class ExactEStep:
         if min(first_draws, last_draws, chunk) < 1 or burn_in < 0 or growth < 1:
             raise ValueError("first_draws, last_draws, chunk must be >= 1, burn_in >= 0 and "
                              "growth >= 1")
-        if not hasattr(model, "readout"):
-            raise ValueError("estep='exact' needs a latent_counts_model (a model with the "
-                             "release's readout)")
         self.model, self.latent = model, latent
         self.first, self.last, self.growth = int(first_draws), int(last_draws), float(growth)
-        self.burn_in, self.moves, self.chunk = int(burn_in), moves, int(chunk)
+        self.burn_in, self.chunk = int(burn_in), int(chunk)
+        self.kernel = RecordMoves(conditioned_on_params(model), moves=moves)
+        self._runs: dict = {}  # compiled scans by the count sites' structure (their totals)
         self.reset()
 
     def reset(self) -> None:
-        """Forget the chain and take the model's current release (its readout). The compiled
-        update holds the release's noise scales and ``N``: it is rebuilt when they change."""
-        readout = self.model.readout
-        self.readout, self.plan = readout, record_plan(readout)
+        """Forget the chain (the next call deals new records)."""
         self.state: Any = None
         self.iteration = 0
-        k = default_moves(readout.total_count) if self.moves is None else int(self.moves)
-        signature = (readout.noise_family, np.asarray(readout.noise_scales).tobytes(),
-                     int(readout.total_count), k)
-        if signature == getattr(self, "_signature", None):
-            return
-        self._signature = signature
-        cgm = functools.partial(CollectiveGraphicalModel, readout.latent_network,
-                                total_count=readout.total_count, relaxed=False)
-        noise = LaplaceNoise if readout.noise_family == "laplace" else GaussianNoise
-        plan, chunk = self.plan, self.chunk
+        self._run: Any = None
 
-        @jax.jit
-        def run(codes: Any, n: Any, eta: Any, y: Any, scales: Any, key: Any) -> tuple:
-            def body(carry: Any, key: Any) -> Any:
-                codes, n, total_n, total_e = carry
-                codes, n, _ = record_update(plan, readout.predict, codes, n, eta, y, key, k)
-                energy = (cgm(eta).log_prob(n)
-                          + jnp.sum(noise(readout.predict(n), scales).log_prob(y)))
-                return (codes, n, total_n + n / chunk, total_e + energy / chunk), None
+    def _compiled(self, model_args: tuple, kwargs: dict) -> Callable:
+        """The scan of ``chunk`` updates for the structure the kernel's ``init`` found."""
+        layout = self.kernel.layout
+        signature = tuple((c.name, np.asarray(c.totals).tobytes()) for c in layout.counts)
+        run = self._runs.get(signature)
+        if run is None:
+            kernel, latent, chunk, model = self.kernel, self.latent, self.chunk, self.kernel.model
 
-            (codes, n, mean, energy), _ = jax.lax.scan(
-                body, (codes, n, jnp.zeros_like(n), jnp.zeros((), n.dtype)),
-                jax.random.split(key, chunk))
-            return codes, n, mean, energy
+            @jax.jit
+            def run(state: Any, model_args: tuple, kwargs: dict) -> tuple:
+                def body(carry: Any, _: Any) -> Any:
+                    state, total_n, total_e = carry
+                    state = kernel.sample(state, model_args, kwargs)
+                    energy, _ = log_density(model, model_args, kwargs, state.z)
+                    return (state, total_n + state.z[latent] / chunk,
+                            total_e + energy / chunk), None
 
-        self._run = run
+                zero = jnp.zeros(jnp.shape(state.z[latent]), jnp.result_type(float))
+                (state, mean, energy), _ = jax.lax.scan(
+                    body, (state, zero, jnp.zeros((), zero.dtype)), None, length=chunk)
+                return state, mean, energy
+
+            run = self._runs[signature] = run
+        return run
 
     def __call__(self, key: Any, params: dict, args: tuple, kwargs: dict) -> EStepResult:
-        y, scales = jnp.asarray(args[0]), jnp.asarray(args[1])
-        eta = self.readout.latent_theta(jnp.asarray(params["theta"]))
+        model_args = (params,) + tuple(args)
         if self.state is None:
-            k_n, k_deal, key = jax.random.split(key, 3)
-            n = CollectiveGraphicalModel(self.readout.latent_network, eta,
-                                         self.readout.total_count).sample(k_n).astype(eta.dtype)
-            self.state = (records_from_tables(self.plan, n, k_deal), n)
+            k_init, key = jax.random.split(key)
+            self.state = self.kernel.init(k_init, 0, None, model_args, kwargs)
+            if self.latent not in self.state.z:
+                raise ValueError(f"estep='exact': {self.latent!r} is not an exact CGM site of "
+                                 f"the model (its exact CGM sites: {sorted(self.state.z)})")
+            if len(self.state.z) != 1:
+                raise ValueError("estep='exact' supports one exact CGM site, found "
+                                 f"{sorted(self.state.z)}")
+            self._run = self._compiled(model_args, kwargs)
             for _ in range(-(-self.burn_in // self.chunk)):
-                key, sub = jax.random.split(key)
-                codes, n, _, _ = self._run(*self.state, eta, y, scales, sub)
-                self.state = (codes, n)
+                self.state, _, _ = self._run(self.state, model_args, kwargs)
         draws = draw_schedule(self.iteration, self.first, self.last, self.growth)
         chunks = max(-(-draws // self.chunk), 1)
         total_n, total_e = 0.0, 0.0
         for _ in range(chunks):
-            key, sub = jax.random.split(key)
-            codes, n, mean, energy = self._run(*self.state, eta, y, scales, sub)
-            self.state = (codes, n)
+            self.state, mean, energy = self._run(self.state, model_args, kwargs)
             total_n, total_e = total_n + mean, total_e + energy
         self.iteration += 1
         return EStepResult(total_n / chunks, float(total_e / chunks), True, chunks * self.chunk)
