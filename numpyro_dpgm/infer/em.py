@@ -516,6 +516,7 @@ class EM:
             run = self._free_loop(tr, params, theta_name, args, kwargs, callback)
             recs = run.records
             # a retry (an E-step that did not move θ) is not an iteration; the last E-step is
+            # one whatever it did (it ended the run)
             counted = recs.moved.astype(bool)
             counted[-1:] = True
             params = dict(params, **{theta_name: run.theta})
