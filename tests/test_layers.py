@@ -112,6 +112,7 @@ LAYERS = {
     "numpyro_dpgm.estimation.losses": ESTIMATION,
     "numpyro_dpgm.estimation.naive": ESTIMATION,
     "numpyro_dpgm.infer.em_program": INFER,
+    "numpyro_dpgm.infer.em_start": INFER,
     "numpyro_dpgm.estimation.em_risk": ESTIMATION,
     "numpyro_dpgm.estimation.cgm_em": ESTIMATION,
     "numpyro_dpgm.estimation.variational_em": ESTIMATION,

@@ -4,7 +4,8 @@ Start. Where the model releases whole clique tables through this library's noise
 (:class:`~numpyro_dpgm.distributions.LaplaceNoise`, ``GaussianNoise``, ``DiscreteLaplaceNoise``,
 ``DiscreteGaussianNoise``) whose ``loc`` reads the latent tables cell by cell (``n`` itself, a
 slice, a permutation, plus a constant), :class:`EM` starts the CGM's ``theta`` param from the
-clipped noisy tables made consistent, naive MLE's fit (CGM-EM's own start), ``init="noisy"``.
+clipped noisy tables made consistent, naive MLE's fit (CGM-EM's own start), ``init="noisy"``
+(:mod:`~numpyro_dpgm.infer.em_start`).
 
 Stop and check. With the NLBP E-step EM runs until the fitted marginals stop moving (relative
 change of the expected tables below ``tol``) or ``max_iters`` (1,000); it warns
@@ -31,19 +32,11 @@ from .._cache import LRUCache
 from .._warnings import warn
 from ..distributions.cgm import CollectiveGraphicalModel
 from ..distributions.mrf import MarkovRandomField
-from ..distributions.noise import (
-    DiscreteGaussianNoise,
-    DiscreteLaplaceNoise,
-    GaussianNoise,
-    LaplaceNoise,
-)
-from ..measurements import DiscreteGaussian, DiscreteLaplace, Gaussian, Laplace, Measurement
-from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
-from ..oracles.mle import default_l2, fit_theta, project_simplex, vanishing_floor
 from ..oracles.nlbp import check_halvings, resolve_damping
 from .bayes.checks import ConvergenceWarning
 from .em_program import EMRun, em_loop, em_start_state
+from .em_start import noisy_start, trace_at
 from .estep import estep_engine
 from .handlers import ModelEvidence, join, nlbp, split_static
 from .mstep import m_step
@@ -67,11 +60,6 @@ _INNER_TOL = 1e-8
 
 #: Relative shortfall of a fit's noise log-likelihood below the noisy tables' fit's that warns.
 _LOGLIK_SLACK = 1e-9
-
-#: The library's observation models and the NoiseSpec of the release each one models.
-_NOISE_SPECS = ((LaplaceNoise, Laplace), (GaussianNoise, Gaussian),
-                (DiscreteLaplaceNoise, DiscreteLaplace), (DiscreteGaussianNoise, DiscreteGaussian))
-
 
 class EMConvergenceWarning(ConvergenceWarning):
     """An :class:`EM` run that stopped before converging, or whose fit explains the release
@@ -318,56 +306,7 @@ class EM:
     # -- start and check -------------------------------------------------------------------------
     def _trace_at(self, key: Any, data: dict, args: tuple, kwargs: dict) -> Any:
         """A trace of the model with the values of ``data`` substituted."""
-        model = handlers.substitute(handlers.seed(self.model, key), data=data)
-        return handlers.trace(model).get_trace(*args, **kwargs)
-
-    def _noisy_tables(self, key: Any, tr: Any, args: tuple, kwargs: dict) -> list[Measurement]:
-        """The whole clique tables that the model's noise sites release, as measurements.
-
-        A site counts when its distribution is one of the library's four noise models; each
-        entry of its ``loc`` that reads one cell of the latent tables (plus a constant, found by
-        :func:`_selected_cells`) is that cell's noisy answer, and a clique whose every cell one
-        entry reads gives an identity measurement (its scale: the root mean square of those
-        entries' scales).
-        """
-        network = tr[self.latent]["fn"].network
-        values = {k: s["value"] for k, s in tr.items()
-                  if k != self.latent and s["type"] in ("param", "sample")}
-        tables = []
-        for name, site in tr.items():
-            spec = _noise_spec(site)
-            if spec is None:
-                continue
-
-            def loc(n: Any, name: str = name) -> np.ndarray:
-                fn = self._trace_at(key, dict(values, **{self.latent: n}), args, kwargs)[name]["fn"]
-                return np.ravel(np.broadcast_to(fn.base_dist.loc, fn.shape()))
-
-            cells, offset = _selected_cells(loc, network.num_params)
-            scale = np.ravel(np.broadcast_to(site["fn"].base_dist.scale, site["fn"].shape()))
-            tables += _whole_tables(network, cells, np.ravel(site["value"]) - offset, scale, spec)
-        return tables
-
-    def _noisy_start(self, key: Any, tr: Any, args: tuple, kwargs: dict) -> Any:
-        """``θ`` of the consistent fit of the clipped noisy tables: naive MLE's fit (every
-        clique's noisy table projected onto the simplex, then the L2-regularised MLE with
-        naive MLE's default strength per clique, :func:`~numpyro_dpgm.oracles.mle.default_l2`
-        floored at :func:`~numpyro_dpgm.oracles.mle.vanishing_floor`), or ``None`` when the
-        model does not release a whole table of every clique of the network."""
-        tables = {m.clique: m for m in reversed(self._noisy_tables(key, tr, args, kwargs))}
-        fn = tr[self.latent]["fn"]
-        network, total = fn.network, float(fn.total_count)
-        if not tables or any(c not in tables for c in network.cliques):
-            return None
-        floor = vanishing_floor(total)
-        mu, lam = [], []
-        for c in network.cliques:
-            m = tables[c]
-            mu.append(np.ravel(project_simplex(np.asarray(m.values, dtype=float) / total)))
-            b = float(np.sqrt(m.noise.variance / 2.0))  # the Laplace-equivalent scale
-            size = mu[-1].size
-            lam.append(np.full(size, max(default_l2(b, total, 0.0, cells=size), floor)))
-        return fit_theta(network, np.concatenate(mu), np.concatenate(lam)).theta
+        return trace_at(self.model, key, data, args, kwargs)
 
     def _start(self, key: Any, tr: Any, given: dict, args: tuple,
                kwargs: dict) -> tuple[dict, str, Any]:
@@ -377,7 +316,7 @@ class EM:
         noisy = None
         wanted = self.init == "noisy" and theta_name is not None and theta_name not in given
         if self.estep == "nlbp" or wanted:
-            noisy = self._noisy_start(key, tr, args, kwargs)
+            noisy = noisy_start(self.model, self.latent, key, tr, args, kwargs)
         if theta_name in given:
             return given, "given", noisy
         if self.init == "param" or noisy is None or theta_name is None:
@@ -674,51 +613,6 @@ def _observed_log_prob(tr: Any, latent: str) -> Any:
         if site["type"] == "sample" and site["is_observed"] and name != latent:
             total = total + jnp.sum(site["fn"].log_prob(site["value"]))
     return total
-
-
-def _noise_spec(site: dict) -> type | None:
-    """The NoiseSpec class of an observed site of one of the library's noise models."""
-    if site["type"] != "sample" or not site["is_observed"]:
-        return None
-    for model, spec in _NOISE_SPECS:
-        if isinstance(site["fn"], model):
-            return spec
-    return None
-
-
-def _selected_cells(loc: Callable[[Any], np.ndarray], size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Which cell of ``n`` each entry of ``loc(n)`` reads: ``loc_i(n) = n_j + c_i``.
-
-    Three probes: ``n = 0`` gives ``c``, ``n_j = j + 1`` names ``j`` and ``n_j = (j + 1)²``
-    confirms it (an entry that mixes or scales cells, or is not affine in ``n``, fails one of
-    them). Returns ``(cells, c)`` with ``cells[i] = −1`` where entry ``i`` reads no one cell.
-    """
-    probe = np.arange(1.0, size + 1.0)
-    offset = np.asarray(loc(np.zeros(size)), dtype=float)
-    first = np.asarray(loc(probe), dtype=float) - offset
-    cells = np.rint(first).astype(int) - 1
-    ok = (np.abs(first - cells - 1) < 1e-6) & (cells >= 0) & (cells < size)
-    cells = np.where(ok, cells, 0)
-    second = np.asarray(loc(probe**2), dtype=float) - offset
-    ok &= np.isclose(second, probe[cells] ** 2, rtol=1e-9, atol=1e-6)
-    return np.where(ok, cells, -1), offset
-
-
-def _whole_tables(network: MarkovNetwork, cells: np.ndarray, y: np.ndarray, scale: np.ndarray,
-                  spec: type) -> list[Measurement]:
-    """Identity measurements of the cliques each of whose cells exactly one entry of ``y``
-    reads (``cells``: the cell each entry reads, −1 for none)."""
-    out = []
-    for clique in network.cliques:
-        sl = network.slice_of(clique)
-        rows = np.flatnonzero((cells >= sl.start) & (cells < sl.stop))
-        cols = cells[rows] - sl.start
-        if rows.size != sl.stop - sl.start or np.unique(cols).size != rows.size:
-            continue
-        values = np.empty(rows.size)
-        values[cols] = y[rows]
-        out.append(Measurement(clique, values, spec(float(np.sqrt(np.mean(scale[rows] ** 2))))))
-    return out
 
 
 def _from_pandas(x: Any) -> Any:

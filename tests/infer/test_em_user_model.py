@@ -32,7 +32,8 @@ from numpyro_dpgm.distributions import (
     MarkovRandomField,
 )
 from numpyro_dpgm.infer import EM
-from numpyro_dpgm.infer.em import EMConvergenceWarning, _selected_cells
+from numpyro_dpgm.infer.em import EMConvergenceWarning
+from numpyro_dpgm.infer.em_start import selected_cells
 
 NET = MarkovNetwork({"a": 3, "b": 4, "c": 5}, [("a", "b"), ("b", "c")])
 N = 20_000
@@ -258,6 +259,6 @@ def test_selected_cells() -> None:
         n = jnp.asarray(n)
         return jnp.concatenate([n[jnp.array([4, 0, 2])] + 1.5, n[:2] + n[2:4], 2.0 * n[:1]])
 
-    cells, offset = _selected_cells(loc, 6)
+    cells, offset = selected_cells(loc, 6)
     np.testing.assert_array_equal(cells, [4, 0, 2, -1, -1, -1])
     np.testing.assert_allclose(offset, [1.5, 1.5, 1.5, 0.0, 0.0, 0.0])
