@@ -364,7 +364,7 @@ class ExactEStep:
         self.iteration = 0
         self._run: Any = None
 
-    def _compiled(self, model_args: tuple, kwargs: dict) -> Callable:
+    def _compiled(self) -> Callable:
         """The scan of ``chunk`` updates for the structure the kernel's ``init`` found."""
         layout = self.kernel.layout
         signature = tuple((c.name, np.asarray(c.totals).tobytes()) for c in layout.counts)
@@ -386,7 +386,7 @@ class ExactEStep:
                     body, (state, zero, jnp.zeros((), zero.dtype)), None, length=chunk)
                 return state, mean, energy
 
-            run = self._runs[signature] = run
+            self._runs[signature] = run
         return run
 
     def __call__(self, key: Any, params: dict, args: tuple, kwargs: dict) -> EStepResult:
@@ -400,7 +400,7 @@ class ExactEStep:
             if len(self.state.z) != 1:
                 raise ValueError("estep='exact' supports one exact CGM site, found "
                                  f"{sorted(self.state.z)}")
-            self._run = self._compiled(model_args, kwargs)
+            self._run = self._compiled()
             for _ in range(-(-self.burn_in // self.chunk)):
                 self.state, _, _ = self._run(self.state, model_args, kwargs)
         draws = draw_schedule(self.iteration, self.first, self.last, self.growth)
