@@ -108,7 +108,7 @@ def gradient_ms(model: Any, repeats: int = 30) -> dict[str, Any]:
         tree_answers,
         tree_log_likelihood,
     )
-    from numpyro_dpgm.infer.bayes.nuts import released_log_odds
+    from numpyro_dpgm.infer.bayes.paths import released_log_odds
 
     y, v = jnp.asarray(model.y), 2.0 * jnp.asarray(model.noise_scales) ** 2
     site = collapse_plan(model.with_cgm(False), (), {"y": model.y}).sites[0]

@@ -101,6 +101,7 @@ LAYERS = {
     "numpyro_dpgm.infer.bayes.relax": INFER,
     "numpyro_dpgm.infer.sensitivity": INFER,
     "numpyro_dpgm.infer.bayes.nuts": INFER,
+    "numpyro_dpgm.infer.bayes.paths": INFER,
     "numpyro_dpgm.infer.bayes.svi": INFER,
     "numpyro_dpgm.infer.diagnostics": INFER,
     "numpyro_dpgm.infer.estep": INFER,

@@ -288,7 +288,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
 
     from ..estimation.cgm_em import em_start
     from ..infer.bayes import noisy_marginals_model, run_nuts
-    from ..infer.bayes.nuts import choose_path
+    from ..infer.bayes.paths import choose_path
     from ..synthesis import posterior_models
 
     if coding == "conditional" and not network.is_decomposable:

@@ -10,8 +10,8 @@ from .losses import measurement_loss
 from .mcem import mcem
 from .naive import DEFAULT_L2_FLOOR, default_l2, fit_mle, naive_mle, project_simplex
 from .posterior_mean import posterior_mean
-from .prox_pgm import answer_queries, prox_pgm
-from .result import Result
+from .prox_pgm import prox_pgm
+from .result import Result, answer_queries
 from .variational_em import latent_counts_model, variational_em
 
 __all__ = [

@@ -59,7 +59,8 @@ builds the loss, the oracle and the start point; the iterations themselves are
 Out-of-model queries (Problem 4) are answered from the fitted model itself: with an exact
 oracle the fitted ``p_θ̂`` is a proper distribution, and the marginal of any attribute set is
 computed exactly on the junction tree of the model augmented with a zero potential on that set
-(Appendix B, "exact out-of-model inference"); see :func:`answer_queries`.
+(Appendix B, "exact out-of-model inference"); see
+:func:`~numpyro_dpgm.estimation.result.answer_queries`.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -77,7 +78,7 @@ from .._jit import check_compile_mode, device_array
 from .._precision import warn_if_float32
 from .._warnings import warn
 from ..distributions.mrf import MarkovRandomField
-from ..domain import Clique, Domain
+from ..domain import Domain
 from ..measurements import Measurement, estimate_total
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
@@ -112,7 +113,6 @@ __all__ = [
     "MarginalOracle",
     "ProxPGMConvergenceWarning",
     "ProxPGMState",
-    "answer_queries",
     "estimate_total",
     "measurement_loss",
     "prox_pgm",
@@ -650,49 +650,3 @@ def _risk_fit(oracle: ExactOracle, loss_fn: MarginalLoss, theta0: Array, groups:
                   converged=bool(md.converged), elapsed=time.perf_counter() - start,
                   extras=extras)
 
-
-def answer_queries(
-    model: MarkovRandomField | Result,
-    queries: Iterable[Iterable[str] | str],
-    total: float | None = None,
-) -> dict[Clique, Array]:
-    """Marginals of attribute sets, in or out of the model (seed 003, Problem 4; exact).
-
-    In-model sets are projected from a junction-tree clique; for an out-of-model set the model
-    is augmented with a zero potential on it (which leaves ``p_θ`` unchanged) and the marginal is
-    read off the calibrated junction tree of the augmented model (Appendix B). With an exact
-    oracle this is the marginal of the fitted maximum-entropy distribution.
-
-    Parameters
-    ----------
-    model : MarkovRandomField or Result
-        A fitted model (a :class:`Result` supplies its model and, by default, its total).
-    queries : iterable of attribute tuples
-        Each query's table has one axis per attribute, in the order given.
-    total : float, optional
-        Scale of the answers: 1 gives probabilities; default the fit's total for a
-        :class:`Result`, else 1.
-
-    Returns
-    -------
-    dict
-        ``query -> table`` (count scale when ``total`` is the record count).
-    """
-    if isinstance(model, Result):
-        if total is None:
-            total = model.extras.get("total_count", 1.0)
-        model = model.model
-    if not isinstance(model, MarkovRandomField):
-        raise TypeError(
-            f"model must be a MarkovRandomField or a Result, got {type(model).__name__}"
-        )
-    total = 1.0 if total is None else float(total)
-    if not math.isfinite(total) or total <= 0:
-        raise ValueError(f"total must be a positive finite number, got {total}")
-    if isinstance(queries, str):
-        queries = [queries]
-    out: dict[Clique, Array] = {}
-    for q in queries:
-        clique = model.network.domain.check_clique(q)
-        out[clique] = total * model.marginal(clique)
-    return out

@@ -1,13 +1,18 @@
-"""The common return type of the estimators."""
+"""The common return type of the estimators, and the queries it answers."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from ..distributions.mrf import MarkovRandomField
+from ..domain import Clique
 from ..network import MarkovNetwork
 
-__all__ = ["Result"]
+__all__ = ["Result", "answer_queries"]
+
+Array = Any
 
 
 class Result(NamedTuple):
@@ -47,3 +52,50 @@ class Result(NamedTuple):
     def network(self) -> MarkovNetwork:
         """The fitted model's network."""
         return self.model.network
+
+
+def answer_queries(
+    model: MarkovRandomField | Result,
+    queries: Iterable[Iterable[str] | str],
+    total: float | None = None,
+) -> dict[Clique, Array]:
+    """Marginals of attribute sets, in or out of the model (seed 003, Problem 4; exact).
+
+    In-model sets are projected from a junction-tree clique; for an out-of-model set the model
+    is augmented with a zero potential on it (which leaves ``p_θ`` unchanged) and the marginal is
+    read off the calibrated junction tree of the augmented model (Appendix B). With an exact
+    oracle this is the marginal of the fitted maximum-entropy distribution.
+
+    Parameters
+    ----------
+    model : MarkovRandomField or Result
+        A fitted model (a :class:`Result` supplies its model and, by default, its total).
+    queries : iterable of attribute tuples
+        Each query's table has one axis per attribute, in the order given.
+    total : float, optional
+        Scale of the answers: 1 gives probabilities; default the fit's total for a
+        :class:`Result`, else 1.
+
+    Returns
+    -------
+    dict
+        ``query -> table`` (count scale when ``total`` is the record count).
+    """
+    if isinstance(model, Result):
+        if total is None:
+            total = model.extras.get("total_count", 1.0)
+        model = model.model
+    if not isinstance(model, MarkovRandomField):
+        raise TypeError(
+            f"model must be a MarkovRandomField or a Result, got {type(model).__name__}"
+        )
+    total = 1.0 if total is None else float(total)
+    if not math.isfinite(total) or total <= 0:
+        raise ValueError(f"total must be a positive finite number, got {total}")
+    if isinstance(queries, str):
+        queries = [queries]
+    out: dict[Clique, Array] = {}
+    for q in queries:
+        clique = model.network.domain.check_clique(q)
+        out[clique] = total * model.marginal(clique)
+    return out

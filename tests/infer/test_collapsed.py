@@ -49,12 +49,12 @@ from numpyro_dpgm.infer.bayes.collapsed_tree import (
 )
 from numpyro_dpgm.infer.bayes.count_sites import CountSiteError
 from numpyro_dpgm.infer.bayes.laplace_mixture import inverse_gaussian, noise_variances
-from numpyro_dpgm.infer.bayes.nuts import (
+from numpyro_dpgm.infer.bayes.nuts import user_collapse
+from numpyro_dpgm.infer.bayes.paths import (
     choose_path,
     collapsed_fit,
     collapsed_size,
     released_log_odds,
-    user_collapse,
 )
 from numpyro_dpgm.infer.diagnostics import to_inference_data
 from numpyro_dpgm.measurements import Gaussian, Laplace, Measurement
@@ -412,7 +412,7 @@ def test_size_rule_counts_every_table_together():
     """The normal relaxation's coordinates of all latent tables together decide, and the
     sparsest table's records per cell: each within the rule's bounds or a reason why not."""
     from numpyro_dpgm.distributions.normal_cgm import normal_tables_plan
-    from numpyro_dpgm.infer.bayes.nuts import COLLAPSED_MIN_COUNT, COLLAPSED_MIN_DIM
+    from numpyro_dpgm.infer.bayes.paths import COLLAPSED_MIN_COUNT, COLLAPSED_MIN_DIM
 
     net, _ = large_release(100_000)
     dim = normal_tables_plan(net).dim

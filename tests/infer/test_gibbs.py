@@ -32,7 +32,7 @@ from numpyro_dpgm.infer.bayes import noisy_marginals_model, run_nuts
 from numpyro_dpgm.infer.bayes.checks import ConvergenceWarning, convergence_figures
 from numpyro_dpgm.infer.bayes.gibbs import exact_gibbs_fn
 from numpyro_dpgm.infer.bayes.interweave import released_noise_share
-from numpyro_dpgm.infer.bayes.nuts import PINNED_SHARE, choose_path
+from numpyro_dpgm.infer.bayes.paths import PINNED_SHARE, choose_path
 from numpyro_dpgm.infer.bayes.records import (
     exact_count_update,
     record_plan,

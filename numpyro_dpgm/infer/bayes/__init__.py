@@ -3,11 +3,11 @@
 The model of a private release (:mod:`.model`) puts a Normal prior on the reference-coded
 parameters of :mod:`.coding` (the gauge) or on the junction tree's conditional log odds of
 :mod:`.conditional`, has the latent clique counts follow the CGM (relaxed or
-exact) and the released tables their noise; :mod:`.nuts` and :mod:`.svi` fit it from the interior
-starting points of :mod:`.initialization`. On the exact path :mod:`.gibbs` runs NUTS within
-Gibbs with the record swaps of :mod:`.records` (and the optional non-centred moves of
-:mod:`.interweave`); :mod:`.checks` warns on poor convergence and on leaky relaxed posteriors,
-and :mod:`.extend` draws further batches until a run has converged;
+exact) and the released tables their noise; :mod:`.nuts` (on the path :mod:`.paths` picks) and
+:mod:`.svi` fit it from the interior starting points of :mod:`.initialization`. On the exact
+path :mod:`.gibbs` runs NUTS within Gibbs with the record swaps of :mod:`.records` (and the
+optional non-centred moves of :mod:`.interweave`); :mod:`.checks` warns on poor convergence and
+on leaky relaxed posteriors, and :mod:`.extend` draws further batches until a run has converged;
 :mod:`.labels` names the cells of a network's flat layout. A model of your own with exact CGM
 sites runs :class:`.count_gibbs.CGMGibbs` (record moves within Gibbs, sites found by
 :mod:`.count_sites`), or on large releases the :class:`.collapse.collapse` handler (the tables

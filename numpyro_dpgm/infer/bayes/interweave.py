@@ -171,7 +171,7 @@ def released_noise_share(model: Any) -> np.ndarray:
     """Per released value of the model's measurements, the share of the noise in it,
     ``V / (max(y, 1) + V)`` (``V``: the noise's variance, ``noise.variance``): the fraction of
     missing information about the count it releases. Near 1 the noise swamps the count; near 0
-    the release pins it (:func:`~numpyro_dpgm.infer.bayes.nuts.choose_path` reads the median).
+    the release pins it (:func:`~numpyro_dpgm.infer.bayes.paths.choose_path` reads the median).
 
     >>> import numpy as np
     >>> from numpyro_dpgm import MarkovNetwork

@@ -51,7 +51,7 @@ from .count_sites import CountSiteError
 from .initialization import init_to_interior, init_values
 from .laplace_metric import LaplaceMetric, block_potential, laplace_metric, laplace_starts
 from .model import NoisyMarginalsModel, observed_answers
-from .nuts import collapsed_unable, released_log_odds
+from .paths import collapsed_unable, released_log_odds
 
 __all__ = ["MEASURED_COVERAGE", "LaplaceFit", "run_laplace"]
 
