@@ -118,8 +118,9 @@ case "$cmd" in
          # two thread pools per core cost time (tests/infer/test_gibbs.py: 134 s -> 123 s)
          export XLA_FLAGS="${XLA_FLAGS:---xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1}"
          # --durations: where CI's time goes, printed at the end of every run
-         exec "$venv/bin/python" -m pytest -n "${DPGM_TEST_WORKERS:-2}" --nbmake \
-           --durations=25 --durations-min=5 "$@" ;;
+         # --dist worksteal: a worker that runs out of tests takes the other's queued ones
+         exec "$venv/bin/python" -m pytest -n "${DPGM_TEST_WORKERS:-2}" --dist worksteal \
+           --nbmake --durations=25 --durations-min=5 "$@" ;;
   bench) ensure_venv dev,bench; exec "$venv/bin/python" -m benchmarks "$@" ;;
   docs)  ensure_venv dev; exec "$venv/bin/mkdocs" build --strict --site-dir site "$@" ;;
   lint)  ensure_venv dev; exec "$venv/bin/ruff" check numpyro_dpgm studies tests benchmarks scripts ;;

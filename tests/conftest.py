@@ -32,22 +32,7 @@ def _release_compiled_programs():
     within one module.
     """
     yield
-    if _mapped_regions() > MAX_MAPPED_REGIONS:
-        jax.clear_caches()
-
-
-#: Clear JAX's caches after a module once the worker holds this many memory mappings (``-1``:
-#: after every module, the earlier rule); well below the kernel's limit.
-MAX_MAPPED_REGIONS = int(os.environ.get("DPGM_TEST_MAX_MAPS", "20000"))
-
-
-def _mapped_regions() -> int:
-    """The worker's memory mappings (lines of ``/proc/self/maps``; 0 where there is none)."""
-    try:
-        with open("/proc/self/maps", "rb") as maps:
-            return sum(1 for _ in maps)
-    except OSError:
-        return 0
+    jax.clear_caches()
 
 
 @pytest.fixture
