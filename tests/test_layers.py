@@ -108,7 +108,7 @@ LAYERS = {
     "numpyro_dpgm.infer.mstep": INFER,
     "numpyro_dpgm.infer.em": INFER,
     # 5. estimation
-    "numpyro_dpgm.estimation.result": ESTIMATION,
+    "numpyro_dpgm.infer.result": INFER,
     "numpyro_dpgm.estimation.contract": ESTIMATION,  # the estimators' signature and registry
     "numpyro_dpgm.estimation.losses": ESTIMATION,
     "numpyro_dpgm.estimation.naive": ESTIMATION,

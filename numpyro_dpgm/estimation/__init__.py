@@ -2,6 +2,7 @@
 :class:`Result` (the learners from records are :mod:`numpyro_dpgm.learners`)."""
 
 from ..infer.mstep import m_step
+from ..infer.result import Result, answer_queries
 from ..measurements import estimate_total
 from ..oracles.protocol import ExactOracle, MarginalOracle
 from .cgm_em import cgm_em, em_start
@@ -11,7 +12,6 @@ from .mcem import mcem
 from .naive import DEFAULT_L2_FLOOR, default_l2, fit_mle, naive_mle, project_simplex
 from .posterior_mean import posterior_mean
 from .prox_pgm import prox_pgm
-from .result import Result, answer_queries
 from .variational_em import latent_counts_model, variational_em
 
 __all__ = [

@@ -42,6 +42,7 @@ from ..distributions.mrf import MarkovRandomField
 from ..infer.bayes import NoisyMarginalsModel
 from ..infer.em_program import STOP_REASONS, EMRecord, EMRun, em_loop, em_start_state, gauge_fix
 from ..infer.mstep import m_step
+from ..infer.result import Result
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
@@ -57,7 +58,6 @@ from .contract import (
 from .em_risk import resolve_stop, risk_path, start_scales
 from .losses import MeasurementEvidence, check_measurements
 from .naive import naive_mle
-from .result import Result
 
 __all__ = ["CGMEMWarning", "cgm_em", "START_ITERS", "em_start"]
 

@@ -25,10 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..distributions.mrf import MarkovRandomField
+from ..infer.result import Result
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from .contract import estimator
-from .result import Result
 from .variational_em import run_em_estimator
 
 __all__ = ["mcem"]

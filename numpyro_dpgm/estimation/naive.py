@@ -32,6 +32,7 @@ import numpy as np
 
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique
+from ..infer.result import Result
 from ..measurements import Measurement
 from ..metrics import embed_theta
 from ..network import MarkovNetwork
@@ -55,7 +56,6 @@ from .contract import (
     resolve_total,
     total_extras,
 )
-from .result import Result
 
 __all__ = [
     "DEFAULT_L2_FLOOR",

@@ -32,6 +32,7 @@ from ..distributions.mrf import MarkovRandomField
 from ..distributions.relaxation import warn_if_leaky
 from ..infer.bayes import noisy_marginals_model, run_nuts
 from ..infer.estep import estep_engine
+from ..infer.result import Result
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
@@ -46,7 +47,6 @@ from .contract import (
     total_extras,
 )
 from .naive import fit_mle
-from .result import Result
 
 __all__ = ["posterior_mean"]
 

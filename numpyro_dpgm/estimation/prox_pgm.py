@@ -60,7 +60,7 @@ Out-of-model queries (Problem 4) are answered from the fitted model itself: with
 oracle the fitted ``p_θ̂`` is a proper distribution, and the marginal of any attribute set is
 computed exactly on the junction tree of the model augmented with a zero potential on that set
 (Appendix B, "exact out-of-model inference"); see
-:func:`~numpyro_dpgm.estimation.result.answer_queries`.
+:func:`~numpyro_dpgm.infer.result.answer_queries`.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ from .._precision import warn_if_float32
 from .._warnings import warn
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Domain
+from ..infer.result import Result
 from ..measurements import Measurement, estimate_total
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
@@ -103,7 +104,6 @@ from .losses import (
 )
 from .mirror_descent import ARMIJO_C, METHODS, MarginalLoss, ProxPGMState, mirror_descent
 from .naive import fit_mle
-from .result import Result
 from .risk_stop import BUDGET, OPTIMUM, RISK, risk_path
 
 __all__ = [

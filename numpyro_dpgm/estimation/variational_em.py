@@ -47,6 +47,7 @@ from ..distributions.noise import GaussianNoise, LaplaceNoise
 from ..distributions.relaxation import warn_if_leaky
 from ..infer.bayes import noisy_marginals_model
 from ..infer.em import EM
+from ..infer.result import Result
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from .contract import (
@@ -60,7 +61,6 @@ from .contract import (
 )
 from .losses import measurement_nll
 from .naive import naive_mle
-from .result import Result
 
 __all__ = [
     "initial_theta",
@@ -202,8 +202,8 @@ def run_em_estimator(
         iterations=fit.iterations,
         converged=fit.converged,
         elapsed=time.perf_counter() - start,
-        extras={"n_hat": fit.n, "marginal_change": np.asarray(fit.marginal_change),
-                "estep_objective": np.asarray(fit.estep_objective), "init": how,
+        extras={"n_hat": fit.extras["n"], "marginal_change": fit.extras["marginal_change"],
+                "estep_objective": fit.loss_trace, "init": how,
                 "latent_network": readout.latent_network, "estep": estep,
                 "relaxation_leak": leak, **total_extras(total, estimated)},
     )

@@ -14,13 +14,12 @@ from .bayes import (
     run_nuts,
     run_svi,
 )
-from .em import EM, EMConvergenceWarning, EMResult
+from .em import EM, EMConvergenceWarning
 from .handlers import nlbp
 
 __all__ = [
     "EM",
     "EMConvergenceWarning",
-    "EMResult",
     "NoisyMarginalsModel",
     "ReferenceCoding",
     "SVIFit",

@@ -40,8 +40,9 @@ from .em_start import noisy_start, trace_at
 from .estep import estep_engine
 from .handlers import ModelEvidence, join, nlbp, split_static
 from .mstep import m_step
+from .result import Result
 
-__all__ = ["DEFAULT_MAX_ITERS", "EM", "EMConvergenceWarning", "EMResult"]
+__all__ = ["DEFAULT_MAX_ITERS", "EM", "EMConvergenceWarning"]
 
 #: Most compiled general M-steps kept (by model and argument structure; least recently used
 #: evicted first).
@@ -64,56 +65,6 @@ _LOGLIK_SLACK = 1e-9
 class EMConvergenceWarning(ConvergenceWarning):
     """An :class:`EM` run that stopped before converging, or whose fit explains the release
     worse than the consistent fit of the clipped noisy tables (its default start) does."""
-
-
-class EMResult(NamedTuple):
-    """Output of :meth:`EM.run`.
-
-    Attributes
-    ----------
-    params : dict
-        Final values of the model's ``numpyro.param`` sites.
-    n : array
-        The last E-step's estimate of the latent count tables.
-    model : MarkovRandomField
-        The record-level model at the final parameters.
-    iterations : int
-    converged : bool
-    marginal_change : list of float
-        ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁`` per iteration.
-    estep_objective : list of float
-        NLBP's ``F(n̂)`` per iteration.
-    elapsed : float
-    damping_halvings : int
-        How often a stalled E-step was retried with half the damping.
-    init : {"noisy", "param", "given"}
-        Where the CGM's ``theta`` param started: the consistent fit of the clipped noisy tables,
-        the param's own initial value, or ``init_params``.
-    release_loglik : float
-        ``Σ log p(obs | n)`` of the model's observed sites at the fit's expected tables
-        ``n = N·μ(θ)`` (NLBP E-step; NaN otherwise).
-    noisy_loglik : float
-        The same at the consistent fit of the clipped noisy tables (NaN where the model
-        releases no whole table, or with a sampling E-step); the fit warns when its own is lower.
-    stop : str
-        Why the run stopped: ``"converged"``, ``"iteration limit"``, ``"stalled"`` (the
-        marginals stopped moving before the last E-step converged) or ``"failed"`` (every
-        NLBP iterate of the last E-step was non-finite).
-    """
-
-    params: dict
-    n: Any
-    model: MarkovRandomField
-    iterations: int
-    converged: bool
-    marginal_change: list
-    estep_objective: list
-    elapsed: float
-    damping_halvings: int = 0
-    init: str = "param"
-    release_loglik: float = float("nan")
-    noisy_loglik: float = float("nan")
-    stop: str = "converged"
 
 
 class EM:
@@ -157,8 +108,8 @@ class EM:
         initial value is then only its shape. ``"param"``: the param's initial value (the
         uniform model for ``jnp.zeros``). A ``theta`` in ``run(init_params=...)`` is always
         kept. Where no noisy start applies (``theta`` computed from other params, no whole
-        table released) the params' initial values are used; :attr:`EMResult.init` says which
-        start ran.
+        table released) the params' initial values are used; the result's ``extras["init"]``
+        says which start ran.
     max_iters : int, optional
         Most EM iterations; default :data:`DEFAULT_MAX_ITERS` (1,000 with the NLBP E-step, a
         bound that runs to ``tol``; 10 with the sampling E-steps).
@@ -213,7 +164,7 @@ class EM:
     ...     numpyro.sample("y", LaplaceNoise(n, scale), obs=y)
     >>> y = jnp.array([30.0, 5.0, 8.0, 57.0])
     >>> fit = EM(model, latent="n").run(jax.random.key(0), y, 100, 2.0)
-    >>> fit.init, fit.converged
+    >>> fit.extras["init"], fit.converged
     ('noisy', True)
     >>> [round(float(p), 2) for p in fit.model.marginal(("a",))]
     [0.35, 0.65]
@@ -437,11 +388,37 @@ class EM:
 
     # -- loop ------------------------------------------------------------------------------------
     def run(self, rng_key: Any, *args: Any, init_params: dict | None = None,
-            callback: Callable[[int, dict], None] | None = None, **kwargs: Any) -> EMResult:
+            callback: Callable[[int, dict], None] | None = None, **kwargs: Any) -> Result:
         """Run EM from the start of ``init`` (or ``init_params``).
 
         ``callback(iteration, params)``, if given, is called after every M-step
         (``iteration = 1, 2, ...``) with the updated params.
+
+        Returns
+        -------
+        Result
+            ``model``: the record-level model at the final parameters; ``params``: the final
+            values of the model's ``numpyro.param`` sites; ``loss_trace``: the E-step's
+            objective per iteration (NLBP's ``F(n̂)``); ``iterations``, ``converged``,
+            ``elapsed``; and ``extras``:
+
+            - ``params``: as ``Result.params``;
+            - ``n``: the last E-step's estimate of the latent count tables;
+            - ``marginal_change``: ``max_C ‖μ_C(θ_{t+1}) − μ_C(θ_t)‖₁`` per iteration;
+            - ``damping_halvings``: how often a stalled E-step was retried with half the
+              damping;
+            - ``init``: where the CGM's ``theta`` param started, ``"noisy"`` (the consistent
+              fit of the clipped noisy tables), ``"param"`` (the param's own initial value) or
+              ``"given"`` (``init_params``);
+            - ``release_loglik``: ``Σ log p(obs | n)`` of the model's observed sites at the
+              fit's expected tables ``n = N·μ(θ)`` (NLBP E-step; NaN otherwise);
+            - ``noisy_loglik``: the same at the consistent fit of the clipped noisy tables (NaN
+              where the model releases no whole table, or with a sampling E-step); the fit
+              warns when its own is lower;
+            - ``stop``: why the run stopped, ``"converged"``, ``"iteration limit"``,
+              ``"stalled"`` (the marginals stopped moving before the last E-step converged) or
+              ``"failed"`` (every NLBP iterate of the last E-step was non-finite);
+            - ``estep``: the E-step that ran.
         """
         start = time.perf_counter()
         self._engine = None  # a fresh E-step state for every run
@@ -473,9 +450,13 @@ class EM:
             release = self._release_loglik(rng_key, params, cgm, cgm.theta, args, kwargs)
             if noisy is not None:
                 reference = self._release_loglik(rng_key, params, cgm, noisy, args, kwargs)
-        fit = EMResult(params, n_hat, MarkovRandomField(cgm.network, cgm.theta), len(changes),
-                       converged, changes, objectives, time.perf_counter() - start, halvings,
-                       how, release, reference, stop)
+        fit = Result(
+            model=MarkovRandomField(cgm.network, cgm.theta),
+            loss_trace=np.asarray(objectives, dtype=float),
+            iterations=len(changes), converged=converged, elapsed=time.perf_counter() - start,
+            extras={"params": params, "n": n_hat, "marginal_change": np.asarray(changes),
+                    "damping_halvings": halvings, "init": how, "release_loglik": release,
+                    "noisy_loglik": reference, "stop": stop, "estep": self.estep})
         if self.estep == "nlbp":
             self._warn_fit(fit)
         return fit
@@ -554,19 +535,21 @@ class EM:
                 break
         return params, n_hat, changes, objectives, converged, stop
 
-    def _warn_fit(self, fit: EMResult) -> None:
+    def _warn_fit(self, fit: Result) -> None:
         """Say when an NLBP-EM run stopped unconverged or ended worse than the noisy tables'
         fit, and what to do about it."""
         said, remedies = [], []
-        if fit.stop == "failed":
+        ext = fit.extras
+        change, release, noisy = ext["marginal_change"], ext["release_loglik"], ext["noisy_loglik"]
+        if ext["stop"] == "failed":
             said.append(f"EM stopped after {fit.iterations} iteration(s) because every NLBP "
                         "iterate of its last E-step was non-finite.")
             remedies.append("pass a smaller damping (e.g. damping=0.01) or smoothing=0.1, or "
                             "check the observed values and noise scales")
-        elif not fit.converged and fit.marginal_change[-1] >= self.tol:
+        elif not fit.converged and change[-1] >= self.tol:
             said.append(f"EM stopped at the iteration limit (max_iters={self.max_iters}) "
                         f"before converging: the marginals still moved by "
-                        f"{fit.marginal_change[-1]:.3g} (L1, largest clique) in the last "
+                        f"{change[-1]:.3g} (L1, largest clique) in the last "
                         f"iteration, against tol={self.tol:g}.")
             remedies.append("raise max_iters or continue from this fit with "
                             "init_params=fit.params")
@@ -576,12 +559,12 @@ class EM:
                         f"inner_iters={self.nlbp_options['max_iters']}: not a fixed point.")
             remedies.append("raise inner_iters (or max_halvings) or pass a smaller damping "
                             "(e.g. damping=0.01)")
-        if fit.release_loglik < fit.noisy_loglik - _LOGLIK_SLACK * abs(fit.noisy_loglik):
+        if release < noisy - _LOGLIK_SLACK * abs(noisy):
             said.append("Its fit explains the release worse than the clipped noisy tables do: "
-                        f"noise log-likelihood {fit.release_loglik:.8g} at the fitted expected "
-                        f"tables against {fit.noisy_loglik:.8g} at the tables' consistent fit "
+                        f"noise log-likelihood {release:.8g} at the fitted expected "
+                        f"tables against {noisy:.8g} at the tables' consistent fit "
                         "(naive MLE).")
-            if fit.init != "noisy":
+            if ext["init"] != "noisy":
                 remedies.append("start from that fit (init='noisy', no theta in init_params)")
         if said:
             remedies = remedies or ["raise max_iters and inner_iters"]

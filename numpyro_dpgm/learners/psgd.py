@@ -39,7 +39,7 @@ from .._precision import warn_if_float32
 from ..data import Dataset
 from ..distributions.mrf import MarkovRandomField
 from ..estimation.contract import approx_budget, stochastic_key
-from ..estimation.result import Result
+from ..infer.result import Result
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
 from ..oracles.mle import check_tie

@@ -34,7 +34,7 @@ from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique, Domain
 from ..estimation import prox_pgm
 from ..estimation.prox_pgm import ProxPGMConvergenceWarning
-from ..estimation.result import Result
+from ..infer.result import Result
 from ..measurements import Gaussian, Measurement
 from ..metrics import embed_theta
 from ..network import MarkovNetwork

@@ -96,7 +96,7 @@ def test_result(name: str, base_fits: dict[str, Result]) -> None:
     calls = []
     fit = _fit(name, total_count=N, callback=lambda i, loss: calls.append((i, loss)))
     assert isinstance(fit, Result) and isinstance(fit.model, MarkovRandomField)
-    assert fit.model.network == NET
+    assert fit.model.network == NET and fit.params == {"theta": fit.model.theta}
     trace = np.asarray(fit.loss_trace)
     assert trace.shape == (fit.iterations + 1,) and np.all(np.isfinite(trace))
     assert 1 <= fit.iterations <= OPTIONS[name]["max_iters"]

@@ -27,7 +27,7 @@ from numpyro_dpgm.estimation.prox_pgm import (
     measurement_loss,
 )
 from numpyro_dpgm.estimation.prox_pgm import prox_pgm as prox_pgm_any_stop
-from numpyro_dpgm.estimation.result import Result, answer_queries
+from numpyro_dpgm.infer.result import Result, answer_queries
 from numpyro_dpgm.measurements import DiscreteLaplace, Gaussian, Laplace, Measurement
 
 #: These tests check the minimiser of Problem 1, so every fit here iterates to it; the default

@@ -34,6 +34,7 @@ from numpyro_dpgm.distributions import (
 from numpyro_dpgm.infer import EM
 from numpyro_dpgm.infer.em import EMConvergenceWarning
 from numpyro_dpgm.infer.em_start import selected_cells
+from numpyro_dpgm.infer.result import Result
 
 NET = MarkovNetwork({"a": 3, "b": 4, "c": 5}, [("a", "b"), ("b", "c")])
 N = 20_000
@@ -135,10 +136,22 @@ def test_defaults_are_no_worse_than_the_clipped_noisy_tables(default_fits) -> No
     """Mean over six releases (measured: 0.00365 against the noisy tables' 0.00399; per
     release the fit, an L1 projection, is 0.80–1.02 times the tables' error)."""
     for fit in default_fits:
-        assert fit.init == "noisy" and fit.converged
+        assert fit.extras["init"] == "noisy" and fit.converged
         # its fit to the release is at least that of the tables' consistent fit (its start)
-        assert fit.release_loglik >= fit.noisy_loglik
+        assert fit.extras["release_loglik"] >= fit.extras["noisy_loglik"]
     assert mean_l1(default_fits) <= NOISY_L1, (mean_l1(default_fits), NOISY_L1)
+
+
+def test_em_returns_the_estimators_result(default_fit) -> None:
+    """One result type for point estimates: ``EM.run`` gives a :class:`Result` as the
+    estimators do, its params, an E-step objective per iteration and the record-level model
+    at the fitted ``theta`` param."""
+    fit = default_fit
+    assert isinstance(fit, Result) and fit.params is fit.extras["params"]
+    assert len(fit.loss_trace) == fit.iterations == len(fit.extras["marginal_change"])
+    assert np.all(np.isfinite(fit.loss_trace)) and fit.extras["stop"] == "converged"
+    np.testing.assert_allclose(fit.model.marginal(("a", "b")), MarkovRandomField(
+        fit.network, fit.params["theta"]).marginal(("a", "b")), rtol=1e-12, atol=1e-14)
 
 
 def test_the_laplace_fixed_point_is_an_l1_projection(default_fit) -> None:
@@ -173,7 +186,7 @@ def test_the_gaussian_fixed_point_is_the_least_squares_projection() -> None:
     fit = EM(model, latent="n", tol=1e-9).run(jax.random.key(0), jnp.asarray(y), N, sigma)
     a_eq, b_eq = consistency(N)
     projection = y - np.linalg.pinv(a_eq) @ (a_eq @ y - b_eq)
-    assert fit.converged and fit.init == "noisy" and projection.min() > sigma
+    assert fit.converged and fit.extras["init"] == "noisy" and projection.min() > sigma
     np.testing.assert_allclose(expected_tables(fit), projection, rtol=0, atol=0.01 * sigma)
 
 
@@ -187,7 +200,7 @@ def test_a_run_cut_short_warns() -> None:
     message = str(caught[0].message)
     assert "iteration limit (max_iters=2)" in message and "raise max_iters" in message
     assert "worse than the clipped noisy tables" in message and "init='noisy'" in message
-    assert not fit.converged and fit.release_loglik < fit.noisy_loglik
+    assert not fit.converged and fit.extras["release_loglik"] < fit.extras["noisy_loglik"]
     assert l1_per_table(expected_tables(fit)) > 10 * l1_per_table(Y_LAPLACE)  # 0.519
 
 
@@ -212,7 +225,7 @@ def test_a_given_start_is_kept() -> None:
     with pytest.warns(EMConvergenceWarning):
         given = EM(readme_model, latent="n", max_iters=1).run(*args, init_params=zeros)
         param = EM(readme_model, latent="n", init="param", max_iters=1).run(*args)
-    assert (given.init, param.init) == ("given", "param")
+    assert (given.extras["init"], param.extras["init"]) == ("given", "param")
     np.testing.assert_allclose(np.asarray(given.params["theta"]),
                                np.asarray(param.params["theta"]), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="init must be 'noisy' or 'param'"):
@@ -233,8 +246,8 @@ def test_the_noisy_start_reads_slices_and_permutations(default_fit) -> None:
 
     fit = EM(split, latent="n").run(jax.random.key(0), jnp.asarray(Y_LAPLACE[ab]),
                                     jnp.asarray(Y_LAPLACE[bc][perm] + 5.0), N, B)
-    assert fit.init == "noisy" and fit.converged
-    assert fit.noisy_loglik == pytest.approx(default_fit.noisy_loglik, rel=1e-9)
+    assert fit.extras["init"] == "noisy" and fit.converged
+    assert fit.extras["noisy_loglik"] == pytest.approx(default_fit.extras["noisy_loglik"], rel=1e-9)
 
 
 @pytest.mark.parametrize("noise, scale, start", [
@@ -250,7 +263,8 @@ def test_which_noise_sites_give_a_start(noise, scale, start) -> None:
     with pytest.warns(EMConvergenceWarning, match="max_iters=1"):
         fit = EM(model, latent="n", max_iters=1).run(
             jax.random.key(0), jnp.asarray(np.rint(scale * Y_LAPLACE)), N, B)
-    assert fit.init == start and np.isnan(fit.noisy_loglik) == (start == "param")
+    assert fit.extras["init"] == start
+    assert np.isnan(fit.extras["noisy_loglik"]) == (start == "param")
 
 
 def test_selected_cells() -> None:

@@ -180,10 +180,10 @@ def _assert_same_fit(fit, ref) -> None:
     every iteration (``cgm_em`` also records the damping's retries, :func:`_counted`), the last
     E-step's counts and the fitted marginals."""
     assert fit.iterations == ref.iterations and fit.converged == ref.converged
-    np.testing.assert_allclose(fit.marginal_change,
+    np.testing.assert_allclose(fit.extras["marginal_change"],
                                np.asarray(ref.extras["marginal_change"])[_counted(ref)],
                                rtol=1e-8, atol=1e-10)
-    np.testing.assert_allclose(np.asarray(fit.n), np.asarray(ref.extras["n_hat"]),
+    np.testing.assert_allclose(np.asarray(fit.extras["n"]), np.asarray(ref.extras["n_hat"]),
                                rtol=1e-9, atol=1e-8)
     for c in CHAIN.cliques:
         np.testing.assert_allclose(np.asarray(fit.model.marginal(c)),
@@ -208,13 +208,13 @@ def test_em_equals_cgm_em() -> None:
     # n̂ is an L1 projection of y onto N·M (a MAP-EM fixed point)
     _assert_same_fit(fit, ref)
     # cgm_em's E-step objective omits the noise constant −m·log(2b) (both gauge-fix θ)
-    np.testing.assert_allclose(np.asarray(fit.estep_objective) + 12 * math.log(2 * b),
+    np.testing.assert_allclose(np.asarray(fit.loss_trace) + 12 * math.log(2 * b),
                                ref.extras["estep_objective"][_counted(ref)],
                                rtol=1e-10)
     # moment matching: the fitted model's marginals are the last E-step's counts / N
     bf = BruteForce(CHAIN, np.asarray(fit.params["theta"]))
     mu = features(CHAIN, bf.records()).T @ bf.probs()
-    np.testing.assert_allclose(N * mu, np.asarray(fit.n), rtol=1e-9, atol=1e-8)
+    np.testing.assert_allclose(N * mu, np.asarray(fit.extras["n"]), rtol=1e-9, atol=1e-8)
 
 
 def test_em_on_a_model_of_your_own_is_cgm_em_s_compiled_loop() -> None:
@@ -245,7 +245,7 @@ def test_em_on_a_model_of_your_own_is_cgm_em_s_compiled_loop() -> None:
     ref = cgm_em(meas, CHAIN, total_count=N, max_iters=8, inner_iters=40, init="zeros")
     # one E-step found nothing better than its start and was retried with half the damping:
     # cgm_em records that retry, EM counts iterations only
-    assert fit.damping_halvings == 1 and not ref.extras["estep_moved"].all()
+    assert fit.extras["damping_halvings"] == 1 and not ref.extras["estep_moved"].all()
     _assert_same_fit(fit, ref)
     assert [t for t, _ in seen] == list(range(1, fit.iterations + 1))
     np.testing.assert_array_equal(np.asarray(seen[-1][1]), np.asarray(fit.params["theta"]))
@@ -272,10 +272,10 @@ def test_em_does_not_call_a_stalled_e_step_convergence() -> None:
     with pytest.warns(EMConvergenceWarning, match="last E-step had not converged"):
         fit = EM(_stiff_model, latent="n", init="param", max_iters=20, inner_iters=30,
                  max_halvings=0).run(jax.random.key(0), jnp.asarray(N_TRUE), 0.5)
-    assert fit.iterations == 1 and fit.marginal_change[0] == 0.0
-    assert not fit.converged and fit.damping_halvings == 0
+    assert fit.iterations == 1 and fit.extras["marginal_change"][0] == 0.0
+    assert not fit.converged and fit.extras["damping_halvings"] == 0
     # the model is still uniform, far from the data's marginals
-    assert np.max(np.abs(np.asarray(fit.n) - N_TRUE)) > 1.0
+    assert np.max(np.abs(np.asarray(fit.extras["n"]) - N_TRUE)) > 1.0
 
 
 def test_em_retries_a_stalled_e_step_with_half_the_damping() -> None:
@@ -285,7 +285,7 @@ def test_em_retries_a_stalled_e_step_with_half_the_damping() -> None:
     uniform start (init="param"), where the first E-step stalls."""
     fit = EM(_stiff_model, latent="n", init="param", max_iters=300, inner_iters=30,
              tol=1e-12).run(jax.random.key(0), jnp.asarray(N_TRUE), 0.5)
-    assert fit.converged and fit.damping_halvings > 0
+    assert fit.converged and fit.extras["damping_halvings"] > 0
     bf = BruteForce(CHAIN, np.asarray(fit.params["theta"]))
     np.testing.assert_allclose(N * features(CHAIN, bf.records()).T @ bf.probs(), N_TRUE,
                                rtol=0, atol=1e-6)
@@ -317,8 +317,8 @@ def test_general_m_step_maximises_the_tied_objective(space: str) -> None:
     with pytest.warns(EMConvergenceWarning, match="max_iters=2"):
         fit = EM(tied_model, latent="n", max_iters=2, inner_iters=60, space=space).run(
             jax.random.key(0), jnp.asarray(y), 1.0)
-    assert fit.init == "param"
-    n_hat = np.asarray(fit.n)
+    assert fit.extras["init"] == "param"
+    n_hat = np.asarray(fit.extras["n"])
     psi = np.asarray(fit.params["psi"])
     phi = features(TIED, BruteForce(TIED, np.zeros(18)).records())
     tied = np.vstack([np.eye(9), np.eye(9)])  # θ = tied @ ψ

@@ -24,7 +24,7 @@ Conventions
 * Records. The Ising learners take spins ``±1`` (``coding="spin"``) or the library's codes
   ``0/1`` (``coding="code"``, or a :class:`~numpyro_dpgm.data.Dataset`); code ``a`` is the spin
   ``s_a = 1 − 2a`` (code 0 ↔ +1, code 1 ↔ −1). The pairwise learner takes codes in ``[k_i]``.
-* Models. Every learner returns a :class:`~numpyro_dpgm.estimation.result.Result` whose model is
+* Models. Every learner returns a :class:`~numpyro_dpgm.infer.result.Result` whose model is
   a :class:`~numpyro_dpgm.distributions.mrf.MarkovRandomField` with one single-attribute clique
   per node (``θ``) and one pair clique per estimated edge, in the library's overcomplete
   layout: the Ising pair table is ``A_ij s_a s_b`` and the field table ``θ_i s_a``

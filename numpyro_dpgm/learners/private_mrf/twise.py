@@ -18,7 +18,7 @@ import numpy as np
 
 from ..._precision import warn_if_float32
 from ...domain import Domain
-from ...estimation.result import Result
+from ...infer.result import Result
 from ...privacy.guarantees import ZCDP, ApproxDP
 from ...privacy.ledger import PrivacyLedger
 from ..frank_wolfe import (

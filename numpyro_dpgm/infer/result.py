@@ -1,4 +1,6 @@
-"""The common return type of the estimators, and the queries it answers."""
+"""The one return type of the point estimates (the estimators from measurements, the learners
+from records, the mechanisms' fits and :class:`~numpyro_dpgm.infer.em.EM` on a model of your
+own), and the queries it answers."""
 
 from __future__ import annotations
 
@@ -16,15 +18,16 @@ Array = Any
 
 
 class Result(NamedTuple):
-    """What every estimation function returns.
+    """What every point estimate returns: the estimators, the learners, ``EM.run``.
 
     Attributes
     ----------
     model : MarkovRandomField
         The fitted model; ``model.theta`` holds the log-potentials in the network's layout.
-    loss_trace : array, shape ``(iterations + 1,)``
-        The method's objective (to be minimised) at the initial point and after every
-        iteration; its meaning is documented by each estimator.
+    loss_trace : array
+        The method's objective (to be minimised), as documented by each method: an estimator's
+        at its start and after every iteration (``iterations + 1`` values); ``EM.run``'s
+        E-step objective of every iteration.
     iterations : int
         Number of iterations run.
     converged : bool
@@ -47,6 +50,12 @@ class Result(NamedTuple):
     def theta(self) -> Any:
         """Log-potentials of the fitted model (``model.theta``)."""
         return self.model.theta
+
+    @property
+    def params(self) -> dict:
+        """The fitted values of the model's ``numpyro.param`` sites: ``extras["params"]`` of
+        ``EM.run`` on a model of your own, ``{"theta": theta}`` for the estimators."""
+        return self.extras.get("params", {"theta": self.model.theta})
 
     @property
     def network(self) -> MarkovNetwork:
