@@ -67,6 +67,14 @@ class EMConvergenceWarning(ConvergenceWarning):
     worse than the consistent fit of the clipped noisy tables (its default start) does."""
 
 
+def _total_extras(total: Any) -> dict:
+    """``{"total_count": N}`` for a CGM site of one total (the model's own ``N``, not
+    estimated), else nothing."""
+    if np.ndim(total) or isinstance(total, jax.core.Tracer):
+        return {}
+    return {"total_count": float(total), "total_count_estimated": False}
+
+
 class EM:
     """Expectation-maximisation for a NumPyro model whose latent site is a CGM.
 
@@ -418,7 +426,10 @@ class EM:
             - ``stop``: why the run stopped, ``"converged"``, ``"iteration limit"``,
               ``"stalled"`` (the marginals stopped moving before the last E-step converged) or
               ``"failed"`` (every NLBP iterate of the last E-step was non-finite);
-            - ``estep``: the E-step that ran.
+            - ``estep``: the E-step that ran;
+            - ``total_count``: the CGM site's ``N`` (a number; absent for an array of them),
+              the scale :func:`~numpyro_dpgm.infer.result.answer_queries` answers on, as for
+              the estimators' fits.
         """
         start = time.perf_counter()
         self._engine = None  # a fresh E-step state for every run
@@ -456,7 +467,8 @@ class EM:
             iterations=len(changes), converged=converged, elapsed=time.perf_counter() - start,
             extras={"params": params, "n": n_hat, "marginal_change": np.asarray(changes),
                     "damping_halvings": halvings, "init": how, "release_loglik": release,
-                    "noisy_loglik": reference, "stop": stop, "estep": self.estep})
+                    "noisy_loglik": reference, "stop": stop, "estep": self.estep,
+                    **_total_extras(cgm.total_count)})
         if self.estep == "nlbp":
             self._warn_fit(fit)
         return fit

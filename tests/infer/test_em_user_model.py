@@ -34,7 +34,7 @@ from numpyro_dpgm.distributions import (
 from numpyro_dpgm.infer import EM
 from numpyro_dpgm.infer.em import EMConvergenceWarning
 from numpyro_dpgm.infer.em_start import selected_cells
-from numpyro_dpgm.infer.result import Result
+from numpyro_dpgm.infer.result import Result, answer_queries
 
 NET = MarkovNetwork({"a": 3, "b": 4, "c": 5}, [("a", "b"), ("b", "c")])
 N = 20_000
@@ -152,6 +152,10 @@ def test_em_returns_the_estimators_result(default_fit) -> None:
     assert np.all(np.isfinite(fit.loss_trace)) and fit.extras["stop"] == "converged"
     np.testing.assert_allclose(fit.model.marginal(("a", "b")), MarkovRandomField(
         fit.network, fit.params["theta"]).marginal(("a", "b")), rtol=1e-12, atol=1e-14)
+    # queries of the fit answer on its N, as an estimator's do
+    (answer,) = answer_queries(fit, [("a", "c")]).values()
+    np.testing.assert_allclose(answer, N * fit.model.marginal(("a", "c")), rtol=1e-12)
+    assert np.sum(answer) == pytest.approx(N, rel=1e-12)
 
 
 def test_the_laplace_fixed_point_is_an_l1_projection(default_fit) -> None:
