@@ -42,7 +42,7 @@ from ..distributions.mrf import MarkovRandomField
 from ..infer.bayes import NoisyMarginalsModel
 from ..infer.em_program import STOP_REASONS, EMRecord, EMRun, em_loop, em_start_state, gauge_fix
 from ..infer.mstep import m_step
-from ..infer.result import Result
+from ..infer.result import Result, total_extras
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
@@ -53,7 +53,6 @@ from .contract import (
     resolve_init,
     resolve_network,
     resolve_total,
-    total_extras,
 )
 from .em_risk import resolve_stop, risk_path, start_scales
 from .losses import MeasurementEvidence, check_measurements

@@ -216,11 +216,6 @@ def stochastic_key(rng_key: Any, name: str) -> Any:
     return rng_key
 
 
-def total_extras(total: float, estimated: bool) -> dict[str, Any]:
-    """The ``extras`` entries every estimator records about ``N``."""
-    return {"total_count": total, "total_count_estimated": estimated}
-
-
 def approx_budget(budget: Any, delta: Any, name: str,
                   default_delta: float | None = None) -> ApproxDP | None:
     """The ``(ε, δ)`` budget of a learner whose guarantee is approximate DP.

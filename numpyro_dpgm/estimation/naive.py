@@ -32,7 +32,7 @@ import numpy as np
 
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique
-from ..infer.result import Result
+from ..infer.result import Result, total_extras
 from ..measurements import Measurement
 from ..metrics import embed_theta
 from ..network import MarkovNetwork
@@ -54,7 +54,6 @@ from .contract import (
     resolve_init,
     resolve_network,
     resolve_total,
-    total_extras,
 )
 
 __all__ = [

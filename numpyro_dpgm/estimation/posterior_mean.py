@@ -32,7 +32,7 @@ from ..distributions.mrf import MarkovRandomField
 from ..distributions.relaxation import warn_if_leaky
 from ..infer.bayes import noisy_marginals_model, run_nuts
 from ..infer.estep import estep_engine
-from ..infer.result import Result
+from ..infer.result import Result, total_extras
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
@@ -44,7 +44,6 @@ from .contract import (
     resolve_network,
     resolve_total,
     stochastic_key,
-    total_extras,
 )
 from .naive import fit_mle
 

@@ -79,7 +79,7 @@ from .._precision import warn_if_float32
 from .._warnings import warn
 from ..distributions.mrf import MarkovRandomField
 from ..domain import Domain
-from ..infer.result import Result
+from ..infer.result import Result, total_extras
 from ..measurements import Measurement, estimate_total
 from ..network import MarkovNetwork
 from ..oracles import junction_tree as jt
@@ -92,7 +92,6 @@ from .contract import (
     network_from_measurements,
     resolve_init,
     resolve_total,
-    total_extras,
 )
 from .losses import (
     build_terms,

@@ -47,7 +47,7 @@ from ..distributions.noise import GaussianNoise, LaplaceNoise
 from ..distributions.relaxation import warn_if_leaky
 from ..infer.bayes import noisy_marginals_model
 from ..infer.em import EM
-from ..infer.result import Result
+from ..infer.result import Result, total_extras
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from .contract import (
@@ -57,7 +57,6 @@ from .contract import (
     resolve_network,
     resolve_total,
     stochastic_key,
-    total_extras,
 )
 from .losses import measurement_nll
 from .naive import naive_mle

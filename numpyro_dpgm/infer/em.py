@@ -40,7 +40,7 @@ from .em_start import noisy_start, trace_at
 from .estep import estep_engine
 from .handlers import ModelEvidence, join, nlbp, split_static
 from .mstep import m_step
-from .result import Result
+from .result import Result, total_extras
 
 __all__ = ["DEFAULT_MAX_ITERS", "EM", "EMConvergenceWarning"]
 
@@ -65,14 +65,6 @@ _LOGLIK_SLACK = 1e-9
 class EMConvergenceWarning(ConvergenceWarning):
     """An :class:`EM` run that stopped before converging, or whose fit explains the release
     worse than the consistent fit of the clipped noisy tables (its default start) does."""
-
-
-def _total_extras(total: Any) -> dict:
-    """``{"total_count": N}`` for a CGM site of one total (the model's own ``N``, not
-    estimated), else nothing."""
-    if np.ndim(total) or isinstance(total, jax.core.Tracer):
-        return {}
-    return {"total_count": float(total), "total_count_estimated": False}
 
 
 class EM:
@@ -461,6 +453,8 @@ class EM:
             release = self._release_loglik(rng_key, params, cgm, cgm.theta, args, kwargs)
             if noisy is not None:
                 reference = self._release_loglik(rng_key, params, cgm, noisy, args, kwargs)
+        total = cgm.total_count  # one N (the model's own, not estimated): answers in counts
+        one_total = not (np.ndim(total) or isinstance(total, jax.core.Tracer))
         fit = Result(
             model=MarkovRandomField(cgm.network, cgm.theta),
             loss_trace=np.asarray(objectives, dtype=float),
@@ -468,7 +462,7 @@ class EM:
             extras={"params": params, "n": n_hat, "marginal_change": np.asarray(changes),
                     "damping_halvings": halvings, "init": how, "release_loglik": release,
                     "noisy_loglik": reference, "stop": stop, "estep": self.estep,
-                    **_total_extras(cgm.total_count)})
+                    **(total_extras(total, False) if one_total else {})})
         if self.estep == "nlbp":
             self._warn_fit(fit)
         return fit

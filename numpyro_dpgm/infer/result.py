@@ -12,7 +12,7 @@ from ..distributions.mrf import MarkovRandomField
 from ..domain import Clique
 from ..network import MarkovNetwork
 
-__all__ = ["Result", "answer_queries"]
+__all__ = ["Result", "answer_queries", "total_extras"]
 
 Array = Any
 
@@ -61,6 +61,12 @@ class Result(NamedTuple):
     def network(self) -> MarkovNetwork:
         """The fitted model's network."""
         return self.model.network
+
+
+def total_extras(total: float, estimated: bool) -> dict[str, Any]:
+    """The ``extras`` entries every result records about ``N``: its value and whether it was
+    estimated from the release (``answer_queries`` answers in counts of it)."""
+    return {"total_count": float(total), "total_count_estimated": bool(estimated)}
 
 
 def answer_queries(
