@@ -29,13 +29,16 @@ until the run has converged or time is up (:mod:`.extend`).
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 from numpyro.infer import MCMC, NUTS
 
 from ...distributions.cgm import CollectiveGraphicalModel
@@ -76,6 +79,13 @@ from .paths import (
     collapsed_size,
     released_log_odds,
     start_theta,
+)
+from .pilot_map import (
+    MAPPED_SITE,
+    fit_sinh_arcsinh,
+    map_inverse,
+    sinh_arcsinh_map,
+    unconstrained_draws,
 )
 from .warmup import bounded_warmup
 
@@ -170,7 +180,7 @@ def run_nuts(
         per draw and hit the maximum depth, a dense one 28), diagonal otherwise (a batch of
         releases: a dense matrix over 100 releases hit the maximum depth on every draw) and on
         the relaxed path. Not used with the Laplace metric (below), which is dense.
-    metric : {"laplace", "adapt"}, optional
+    metric : {"laplace", "pilot", "adapt"}, optional
         NUTS's mass matrix on the collapsed path. ``"laplace"`` (its default): the inverse
         Hessian of the potential at its mode, with the Gibbs sites at their prior means
         (:mod:`~numpyro_dpgm.infer.bayes.laplace_metric`), kept through warm-up (which adapts
@@ -178,8 +188,13 @@ def run_nuts(
         (``radius=0``: at the mode); on Adult's 842-cell tree the posterior's correlations
         held NUTS with an adapted diagonal metric at step size 0.011 and ~670 leapfrog steps
         a draw. Where the curvature is not positive definite, the default falls back to
-        ``"adapt"`` with a warning. ``"adapt"``: NumPyro's windowed adaptation
-        (``dense_mass``), the only metric of the other paths.
+        ``"adapt"`` with a warning. ``"pilot"``: a pilot run with the Laplace metric
+        (:data:`PILOT_DRAWS` draws per chain, at most :data:`PILOT_SHARE` of ``time_limit``),
+        then NUTS through a sinh-arcsinh map of each of the approximation's whitened
+        coordinates fitted to the pilot's quantiles (:mod:`~numpyro_dpgm.infer.bayes.pilot_map`),
+        for posteriors with tails the curvature does not see (nearly empty cells);
+        ``mcmc.pilot`` holds the pilot run, ``mcmc.pilot_map`` the map. ``"adapt"``: NumPyro's
+        windowed adaptation (``dense_mass``), the only metric of the other paths.
     exact : bool, optional
         ``True``: the exact path (:mod:`numpyro_dpgm.infer.bayes.gibbs`); ``False``: the relaxed
         one, on the model's relaxation; ``None`` (default): :func:`~.paths.choose_path`: the normal
@@ -267,9 +282,9 @@ def run_nuts(
                                                plan[0], plan[1], values, metric=metric,
                                                **options),
                            started, time_limit, target_ess, callback, check, max_tree_depth)
-        if metric == "laplace":
-            raise ValueError("metric='laplace' is the collapsed path's; this model runs on the "
-                             "exact path (collapsed=True, or metric='adapt')")
+        if metric in ("laplace", "pilot"):
+            raise ValueError(f"metric={metric!r} is the collapsed path's; this model runs on "
+                             "the exact path (collapsed=True, or metric='adapt')")
         if counts and exact is not False:
             return _finish(_run_user_exact(
                 model, rng_key, model_args, model_kwargs, counts, others, values,
@@ -281,9 +296,9 @@ def run_nuts(
                              "the relaxed path")
     path, reason = choose_path(model, exact, values, collapsed,
                                _one_release(model, model_args, model_kwargs))
-    if metric == "laplace" and path != "collapsed":
-        raise ValueError(f"metric='laplace' is the collapsed path's; this run takes the {path} "
-                         "path (collapsed=True, or metric='adapt')")
+    if metric in ("laplace", "pilot") and path != "collapsed":
+        raise ValueError(f"metric={metric!r} is the collapsed path's; this run takes the "
+                         f"{path} path (collapsed=True, or metric='adapt')")
     if path == "collapsed":  # the same handler and kernel as a model of your own
         sampled = model.with_cgm(False)
         kwargs = {"y": observed_answers(model, model_args, model_kwargs)}
@@ -483,6 +498,13 @@ def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: t
                         deadline: float | None, warmup_callback: Callable | None) -> MCMC:
     """The collapsed path, for a model of your own and the library's (with exact tables): ξ
     and ``v`` by Gibbs, NUTS on the rest (:func:`~.collapse.collapse_kernel`)."""
+    if metric == "pilot":
+        return _run_mapped(model, rng_key, model_args, model_kwargs, plan, reason, values,
+                           num_warmup=num_warmup, num_samples=num_samples,
+                           num_chains=num_chains, method=method, progress_bar=progress_bar,
+                           radius=radius, target_accept_prob=target_accept_prob,
+                           dense_mass=dense_mass, max_tree_depth=max_tree_depth,
+                           deadline=deadline, warmup_callback=warmup_callback)
     k_metric, rng_key = jax.random.split(rng_key)
     chosen = choose_metric(metric, collapse(model, plan), model_args, model_kwargs,
                            collapse_gibbs_values(plan),
@@ -504,6 +526,67 @@ def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: t
             warmup_callback, _share(chosen))
     mcmc.path, mcmc.path_reason, mcmc.model = "collapsed", reason, model
     mcmc.metric, mcmc.laplace = chosen.name, chosen.found
+    mcmc.batches, mcmc.fields, mcmc.collapse_plan = 0, fields, plan
+    return mcmc
+
+
+#: Draws per chain of the pilot run of ``metric="pilot"`` (with the Laplace metric), whose
+#: quantiles the map of :mod:`.pilot_map` is fitted to.
+PILOT_DRAWS = 100
+
+#: The share of the time left that the pilot run (its warm-up and draws) may use at most.
+PILOT_SHARE = 0.4
+
+
+def _run_mapped(model: Callable[..., Any], rng_key: Array, model_args: tuple,
+                model_kwargs: dict, plan: Any, reason: str, values: Mapping, *,
+                num_warmup: int | None, num_samples: int, num_chains: int,
+                deadline: float | None, **options: Any) -> MCMC:
+    """``metric="pilot"``: a pilot run with the Laplace metric (:data:`PILOT_DRAWS` draws per
+    chain), then the collapsed path's kernel on the model under
+    :class:`~.pilot_map.sinh_arcsinh_map` fitted to the pilot's draws, from each chain's last
+    pilot state, NUTS on the map's standard normal coordinates (unit metric, the step size
+    adapted in :data:`WARMUP_STEPS_FIXED_METRIC` steps)."""
+    k_pilot, k_run = jax.random.split(rng_key)
+    pilot_deadline = (None if deadline is None else
+                      time.perf_counter() + PILOT_SHARE * (deadline - time.perf_counter()))
+    pilot = _run_user_collapsed(model, k_pilot, model_args, model_kwargs, plan, reason, values,
+                                num_warmup=num_warmup, num_samples=PILOT_DRAWS,
+                                num_chains=num_chains, metric="laplace",
+                                deadline=pilot_deadline, **options)
+    found, began = pilot.laplace, time.perf_counter()
+    grouped = pilot.get_samples(group_by_chain=True)
+    names = sorted(found.mode)
+    fixed = collapse_gibbs_values(plan)
+    handled = collapse(model, plan)
+    flat = unconstrained_draws(handled, model_args, model_kwargs, fixed,
+                               {k: grouped[k].reshape((-1,) + grouped[k].shape[2:])
+                                for k in names})
+    sas = fit_sinh_arcsinh(flat, ravel_pytree(found.mode)[0],
+                           jnp.linalg.cholesky(found.inverse_mass_matrix))
+    last = flat.reshape(num_chains, -1, flat.shape[-1])[:, -1]
+    starts = {MAPPED_SITE: jax.vmap(functools.partial(map_inverse, sas))(last)}
+    starts.update({f"{s.name}_v": grouped[f"{s.name}_v"][:, -1] for s in plan.sites
+                   if s.laplace.size})
+    if num_chains == 1:
+        starts = {k: v[0] for k, v in starts.items()}
+    kernel = collapse_kernel(sinh_arcsinh_map(model, sas, found.mode), plan, model_args,
+                             model_kwargs, target_accept_prob=options["target_accept_prob"],
+                             max_tree_depth=options["max_tree_depth"], dense_mass=False,
+                             adapt_mass_matrix=False)
+    fields = ("diverging",) + NUTS_FIELDS
+    method, progress_bar = options["method"], options["progress_bar"]
+    mcmc = MCMC(kernel, num_warmup=WARMUP_STEPS_FIXED_METRIC if num_warmup is None
+                else int(num_warmup), num_samples=num_samples, num_chains=num_chains,
+                chain_method=chain_method_for(
+                    "sequential" if method == "vectorized" else method, num_chains, progress_bar),
+                progress_bar=progress_bar, progress_rate=1)
+    map_seconds = time.perf_counter() - began
+    _sample(mcmc, k_run, model_args, model_kwargs, fields, starts, deadline,
+            options["warmup_callback"], WARMUP_SHARE_FIXED_METRIC)
+    mcmc.path, mcmc.path_reason, mcmc.model = "collapsed", reason, model
+    mcmc.metric, mcmc.laplace, mcmc.pilot = "pilot", found, pilot
+    mcmc.pilot_map, mcmc.map_seconds = sas, map_seconds
     mcmc.batches, mcmc.fields, mcmc.collapse_plan = 0, fields, plan
     return mcmc
 
@@ -554,8 +637,9 @@ def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
         sites = ["phi", "theta", "n"] if model.theta is None else ["n"]
     else:
         plan = getattr(mcmc, "collapse_plan", None)
-        auxiliary = () if plan is None else {f"{s.name}_{a}" for s in plan.sites
-                                             for a in ("xi", "v")}
+        auxiliary = set() if plan is None else {f"{s.name}_{a}" for s in plan.sites
+                                                for a in ("xi", "v")}
+        auxiliary.add(MAPPED_SITE)
         sites = [k for k in samples if k != "mu" and k not in auxiliary]
     extra = mcmc.get_extra_fields(group_by_chain=True)
     return convergence_figures(samples, sites, extra.get("num_steps"), max_tree_depth,
