@@ -300,7 +300,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draws", type=int, default=300)
     parser.add_argument("--dense-mass", action="store_true",
                         help="with --metric adapt: a dense mass matrix adapted in warm-up")
-    parser.add_argument("--metric", choices=("laplace", "adapt"), default=None,
+    parser.add_argument("--metric", choices=("laplace", "pilot", "adapt"), default=None,
                         help="run_nuts's metric (default its own: laplace on this path)")
     parser.add_argument("--chain-method", choices=("sequential", "parallel"), default="sequential",
                         help="parallel: one device per chain (on a CPU, XLA_FLAGS="

@@ -94,6 +94,7 @@ LAYERS = {
     "numpyro_dpgm.infer.bayes.collapse": INFER,
     "numpyro_dpgm.infer.bayes.laplace_mixture": INFER,
     "numpyro_dpgm.infer.bayes.laplace_metric": INFER,
+    "numpyro_dpgm.infer.bayes.pilot_map": INFER,
     "numpyro_dpgm.infer.bayes.laplace": INFER,
     "numpyro_dpgm.infer.bayes.checks": INFER,
     "numpyro_dpgm.infer.bayes.extend": INFER,
