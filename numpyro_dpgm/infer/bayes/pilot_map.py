@@ -29,7 +29,7 @@ the posterior of the model's sites unchanged; a poor map only slows the chain.
 >>> [round(float(map_forward(fitted, jnp.full(1, t))[0][0]), 1) for t in (-1.645, 0, 1.645)]
 [0.9, 2.6, 6.3]
 >>> [round(float(q), 1) for q in jnp.quantile(draws, jnp.array([0.05, 0.5, 0.95]))]
-[0.8, 2.7, 6.3]
+[0.9, 2.7, 6.3]
 """
 
 from __future__ import annotations
