@@ -26,10 +26,11 @@ the posterior of the model's sites unchanged; a poor map only slows the chain.
 >>> numpyro.enable_x64()
 >>> draws = jax.random.gamma(jax.random.key(0), 3.0, (4000, 1))  # skewed to the right
 >>> fitted = fit_sinh_arcsinh(draws, jnp.zeros(1), jnp.eye(1))
->>> [round(float(map_forward(fitted, jnp.full(1, t))[0][0]), 1) for t in (-1.645, 0, 1.645)]
-[0.9, 2.6, 6.3]
->>> [round(float(q), 1) for q in jnp.quantile(draws, jnp.array([0.05, 0.5, 0.95]))]
-[0.9, 2.7, 6.3]
+>>> tuple(round(float(map_forward(fitted, jnp.full(1, t))[0].item()), 1)
+...       for t in (-1.645, 0, 1.645))
+(0.9, 2.6, 6.3)
+>>> tuple(round(float(q), 1) for q in jnp.quantile(draws, jnp.array([0.05, 0.5, 0.95])))
+(0.9, 2.7, 6.3)
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ class sinh_arcsinh_map(Messenger):
     >>> sas = SinhArcsinh(jnp.zeros(1), jnp.eye(1), *(jnp.zeros(1),) * 4)
     >>> mapped = sinh_arcsinh_map(model, sas, {"s": jnp.zeros(())})
     >>> tr = handlers.trace(handlers.seed(mapped, 0)).get_trace()
-    >>> tr["s"]["type"], MAPPED_SITE in tr
+    >>> site = tr["s"]
+    >>> site["type"], MAPPED_SITE in tr
     ('deterministic', True)
     """
 
