@@ -686,6 +686,14 @@ def test_nuts_says_its_path_and_shows_progress_when_not_a_terminal(tmp_path, mon
     assert options["coding"] == "conditional"  # the default on a decomposable network
     _fails(["fit", meas, "--method", "nuts", "--path", "both", "-o", tmp_path / "x.json"],
            "unknown --path 'both'", tmp_path / "x.json")
+    _fails(["fit", meas, "--method", "nuts", "--metric", "curved", "-o", tmp_path / "x.json"],
+           "unknown --metric 'curved'", tmp_path / "x.json")
+    _fails(["fit", meas, "--method", "laplace", "--metric", "pilot", "-o",
+            tmp_path / "x.json"], "--metric applies to --method nuts only", tmp_path / "x.json")
+    # the pilot's map is the collapsed path's: on another path, an error that says so
+    _fails(["fit", meas, "--method", "nuts", "--path", path, "--metric", "pilot", "--iters", 2,
+            "-o", tmp_path / "x.json"], "--metric pilot is the collapsed path's",
+           tmp_path / "x.json")
 
 
 def test_nuts_draws_batches_until_converged_within_the_time_limit(tmp_path):

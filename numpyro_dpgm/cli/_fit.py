@@ -25,13 +25,16 @@ LAPLACE_DRAWS = 1000
 
 #: ``--path`` of ``--method nuts``: ``run_nuts``'s ``exact`` and ``collapsed`` arguments
 #: (``normal``: the relaxed path on the normal relaxation, ``relaxation="normal"``).
+#: ``--metric``'s choices: :data:`numpyro_dpgm.infer.bayes.nuts.NUTS_METRICS` (not imported
+#: here, to keep the command's start light).
+NUTS_METRICS = ("laplace", "pilot", "adapt")
 NUTS_PATHS = {"auto": (None, None), "exact": (True, False), "relaxed": (False, False),
               "normal": (False, False), "collapsed": (None, True)}
 
 
 #: The values of the nuts-only options when not given (they are refused with other methods).
 NUTS_DEFAULTS = {"--chains": 2, "--time-limit": 600.0, "--target-accept": 0.8,
-                 "--keep-draws": 1000, "--path": "auto"}
+                 "--keep-draws": 1000, "--path": "auto", "--metric": None}
 
 
 def _registry() -> dict:
@@ -91,6 +94,12 @@ def fit(
              "where the relaxation would leak over 1 % of the records into near-empty cells, "
              "or where the release pins the counts: the noise's share of the median released "
              "count below 7.5 %)")] = None,
+    metric: Annotated[str | None, typer.Option(
+        help="nuts only, the collapsed path: laplace (the default there: the curvature at the "
+             "posterior's mode as NUTS's metric), pilot (a pilot run with it, then NUTS through "
+             "a sinh-arcsinh map of each coordinate fitted to the pilot's draws: for releases "
+             "with many nearly empty cells, whose posteriors have tails the curvature does not "
+             "see) or adapt (NumPyro's adaptation in warm-up)")] = None,
     coding: Annotated[str, typer.Option(
         help="nuts only: the parameters the Normal prior sits on: reference (log-linear log "
              "odds against each attribute's level 0) or conditional (log odds of the junction "
@@ -130,12 +139,12 @@ def fit(
             raise ValueError(f"--total must be positive, got {total}")
         nuts_only = {"--chains": chains, "--time-limit": time_limit,
                      "--target-accept": target_accept, "--keep-draws": keep_draws,
-                     "--path": path}
+                     "--path": path, "--metric": metric}
         given = [name for name, value in nuts_only.items() if value is not None]
         if given and method != "nuts":
             raise ValueError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
                              f"--method nuts only, not {method}")
-        chains, time_limit, target_accept, keep_draws, path = (
+        chains, time_limit, target_accept, keep_draws, path, metric = (
             NUTS_DEFAULTS[k] if v is None else v for k, v in nuts_only.items())
         if chains < 1:
             raise ValueError(f"--chains must be at least 1, got {chains}")
@@ -150,6 +159,8 @@ def fit(
             _device_per_chain(chains)
         if path not in NUTS_PATHS:
             raise ValueError(f"unknown --path {path!r}; choose one of {list(NUTS_PATHS)}")
+        if metric is not None and metric not in NUTS_METRICS:
+            raise ValueError(f"unknown --metric {metric!r}; choose one of {list(NUTS_METRICS)}")
         if coding not in CODINGS:
             raise ValueError(f"unknown --coding {coding!r}; choose one of {list(CODINGS)}")
         if coding != "auto" and method != "nuts":
@@ -173,7 +184,7 @@ def fit(
         if method == "nuts":
             result, options = _run_nuts(saved.measurements, network, n, iters or 500, chains,
                                         seed, path, coding, time_limit, keep_draws,
-                                        started, target_accept)
+                                        started, target_accept, metric)
         elif method == "laplace":
             result, options = _run_laplace(saved.measurements, network, n,
                                            iters or LAPLACE_DRAWS, seed)
@@ -276,7 +287,8 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
               seed: int, path: str = "auto", coding: str = "auto",
               time_limit: float = 0.0, keep_draws: int = 0,
               started: float | None = None,
-              target_accept: float = 0.8) -> tuple[Any, dict[str, Any]]:
+              target_accept: float = 0.8,
+              metric: str | None = None) -> tuple[Any, dict[str, Any]]:
     """Posterior draws of the record model (:func:`numpyro_dpgm.infer.bayes.run_nuts`) as one
     batched MarkovRandomField, with the path that ran and the convergence figures the provenance
     keeps (``run_nuts`` warns, naming the remedy, where they fall short); with ``time_limit``,
@@ -302,6 +314,9 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
     # the path is chosen here, so that progress says which one runs from its first line
     exact, collapsed = NUTS_PATHS[path]
     chosen, reason = choose_path(bayes, exact, bayes.starting_point(start), collapsed)
+    if metric in ("laplace", "pilot") and chosen != "collapsed":
+        raise ValueError(f"--metric {metric} is the collapsed path's; this release takes the "
+                         f"{chosen} path (--path collapsed, or --metric adapt)")
     err_console.print(f"NUTS path: {chosen} ({reason})", highlight=False, soft_wrap=True)
     if chosen == "normal":
         bayes = bayes.with_relaxation("normal")
@@ -312,7 +327,7 @@ def _run_nuts(measurements: list[Any], network: Any, total: float, draws: int, c
                         f"draws){until}") as bar:
         mcmc = run_nuts(bayes, jax.random.key(seed), num_warmup=draws, num_samples=draws,
                         num_chains=chains, init=start, progress_bar=bar,
-                        target_accept_prob=target_accept,
+                        target_accept_prob=target_accept, metric=metric,
                         exact=chosen == "exact", collapsed=chosen == "collapsed",
                         time_limit=limit,
                         callback=_batch_lines(time.perf_counter() + (limit or 0.0)),

@@ -130,3 +130,12 @@ def test_pilot_metric_is_the_collapsed_paths():
     with pytest.raises(ValueError, match="metric='pilot' is the collapsed path's"):
         run_nuts(_release_model, jax.random.key(0), y, exact=True, metric="pilot",
                  num_chains=1, num_samples=2, num_warmup=2)
+
+
+def test_unknown_metric_is_refused_and_the_command_line_offers_the_same_choices():
+    from numpyro_dpgm.cli._fit import NUTS_METRICS as CLI_METRICS
+    from numpyro_dpgm.infer.bayes.nuts import NUTS_METRICS
+
+    assert CLI_METRICS == NUTS_METRICS
+    with pytest.raises(ValueError, match="metric must be one of"):
+        run_nuts(_release_model, jax.random.key(0), jnp.ones(6), metric="curved")

@@ -89,8 +89,9 @@ from .pilot_map import (
 )
 from .warmup import bounded_warmup
 
-__all__ = ["DENSE_MAX_DIM", "NUTS_FIELDS", "WARMUP_SHARE", "WARMUP_SHARE_FIXED_METRIC",
-           "WARMUP_STEPS", "WARMUP_STEPS_FIXED_METRIC", "run_nuts", "user_collapse"]
+__all__ = ["DENSE_MAX_DIM", "NUTS_FIELDS", "NUTS_METRICS", "PILOT_DRAWS", "PILOT_SHARE",
+           "WARMUP_SHARE", "WARMUP_SHARE_FIXED_METRIC", "WARMUP_STEPS",
+           "WARMUP_STEPS_FIXED_METRIC", "run_nuts", "user_collapse"]
 
 Array = Any
 
@@ -266,6 +267,8 @@ def run_nuts(
         and ``mcmc.batches`` (the further batches ``time_limit`` drew).
     """
     started = time.perf_counter()
+    if metric not in (None, *NUTS_METRICS):
+        raise ValueError(f"metric must be one of {NUTS_METRICS} or None, got {metric!r}")
     deadline = None if time_limit is None else started + float(time_limit)
     method = resolve_chain_method(chain_method, num_chains)
     values = init_values(model, init)
@@ -529,6 +532,9 @@ def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: t
     mcmc.batches, mcmc.fields, mcmc.collapse_plan = 0, fields, plan
     return mcmc
 
+
+#: The metrics of :func:`run_nuts` (``metric``): the collapsed path's two and NumPyro's.
+NUTS_METRICS = ("laplace", "pilot", "adapt")
 
 #: Draws per chain of the pilot run of ``metric="pilot"`` (with the Laplace metric), whose
 #: quantiles the map of :mod:`.pilot_map` is fitted to.
