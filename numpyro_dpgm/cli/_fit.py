@@ -25,11 +25,12 @@ LAPLACE_DRAWS = 1000
 
 #: ``--path`` of ``--method nuts``: ``run_nuts``'s ``exact`` and ``collapsed`` arguments
 #: (``normal``: the relaxed path on the normal relaxation, ``relaxation="normal"``).
+NUTS_PATHS = {"auto": (None, None), "exact": (True, False), "relaxed": (False, False),
+              "normal": (False, False), "collapsed": (None, True)}
+
 #: ``--metric``'s choices: :data:`numpyro_dpgm.infer.bayes.nuts.NUTS_METRICS` (not imported
 #: here, to keep the command's start light).
 NUTS_METRICS = ("laplace", "pilot", "adapt")
-NUTS_PATHS = {"auto": (None, None), "exact": (True, False), "relaxed": (False, False),
-              "normal": (False, False), "collapsed": (None, True)}
 
 
 #: The values of the nuts-only options when not given (they are refused with other methods).
