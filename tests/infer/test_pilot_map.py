@@ -139,3 +139,20 @@ def test_unknown_metric_is_refused_and_the_command_line_offers_the_same_choices(
     assert CLI_METRICS == NUTS_METRICS
     with pytest.raises(ValueError, match="metric must be one of"):
         run_nuts(_release_model, jax.random.key(0), jnp.ones(6), metric="curved")
+
+
+def test_the_librarys_model_takes_the_pilot_map_too():
+    """The library's own model runs the collapsed path through the same kernel: with
+    ``metric="pilot"`` its draws hold ``phi``, ``theta`` and ``n`` as usual, the tables summing to
+    ``N``, and the map has one coordinate per entry of ``phi``."""
+    from numpyro_dpgm.infer.bayes import noisy_marginals_model
+    from numpyro_dpgm.measurements import Laplace, Measurement
+
+    y = np.array([300.0, 2, 180, 160, 350, 8])
+    model = noisy_marginals_model(NET, [Measurement(("a", "b"), y, Laplace(20.0))], 1000)
+    mcmc = run_nuts(model, jax.random.key(0), collapsed=True, metric="pilot", num_warmup=20,
+                    num_samples=20, num_chains=1, check=False)
+    samples = mcmc.get_samples()
+    assert mcmc.metric == "pilot" and {"phi", "theta", "n"} <= set(samples)
+    np.testing.assert_allclose(np.asarray(samples["n"]).sum(-1), 1000.0, rtol=1e-9)
+    assert mcmc.pilot_map.loc.size == samples["phi"].shape[-1]
