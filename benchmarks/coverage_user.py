@@ -17,7 +17,7 @@ release), ``θ = coding.to_theta(φ)``, an exact ``CollectiveGraphicalModel(net,
   parameters, so it is slow with many releases (not run by default);
 - ``collapsed``, ``laplace``: release by release, the same model for one release (no plate):
   ``run_nuts`` with its defaults (the collapsed path at real sizes: 4 chains, 500 draws each,
-  the Laplace metric), and ``run_laplace`` (1,000 draws of the Laplace approximation of the
+  the pilot map; ``--metric`` picks another metric), and ``run_laplace`` (1,000 draws of the Laplace approximation of the
   collapsed posterior). Each release's figures are appended to ``{tag}.partial.jsonl`` in the
   output folder as they come, and a run with the same settings resumes from it.
 
@@ -186,7 +186,7 @@ def _one_release(path: str, s: dict[str, Any], args: argparse.Namespace, r: int,
             out.update(concentration=found.concentration, concentration_bound=found.bound)
             margs += (found.concentration,)
         if path == "collapsed":
-            mcmc = run_nuts(s["one"], key, *margs)
+            mcmc = run_nuts(s["one"], key, *margs, metric=args.metric)
             theta = np.asarray(mcmc.get_samples()["theta"])
             fig = mcmc.convergence
             out.update(sampler=mcmc.path, max_r_hat=fig.max_r_hat,
@@ -211,8 +211,9 @@ def _one_release(path: str, s: dict[str, Any], args: argparse.Namespace, r: int,
 def _setting(args: argparse.Namespace) -> str:
     """What a release's row depends on: a resumed run reuses only rows of the same."""
     prior = "" if args.prior == "normal" else f" prior={args.prior}"
+    metric = "" if args.metric is None else f" metric={args.metric}"
     return (f"{args.attrs}x{args.levels} N={args.records} eps={args.eps} "
-            f"alpha={args.concentration} seed={args.seed}{prior}")
+            f"alpha={args.concentration} seed={args.seed}{prior}{metric}")
 
 
 #: Bins of a cell's expected records ``N μ`` for the coverage by bin.
@@ -299,6 +300,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated: exact, svi, svi-mvn (a full-covariance guide "
                              "over every release's parameters: slow for many releases), "
                              "collapsed, laplace (release by release, resumable)")
+    parser.add_argument("--metric", choices=("laplace", "pilot", "adapt"), default=None,
+                        help="run_nuts's metric on the collapsed path (default: its default)")
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--draws", type=int, default=500, help="warm-up and draws per chain")
     parser.add_argument("--svi-steps", type=int, default=3000)

@@ -24,8 +24,8 @@ from benchmarks.__main__ import main as bench_main  # noqa: E402
 
 NAMES = {"appgm", "appgm_scale", "bayes", "cgm", "cgm_defaults", "cli_cache", "collapsed",
          "compile_time", "converge", "coverage", "coverage_user", "em_variants", "gibbs",
-         "mechanisms", "naive_l2", "nuts_fit", "oracle", "scale", "stopping", "synth_memory",
-         "user_model"}
+         "mechanisms", "naive_l2", "nuts_fit", "oracle", "rhat_floor", "scale", "stopping",
+         "synth_memory", "user_model"}
 SHARED = {"harness", "workloads"}
 
 
@@ -289,3 +289,19 @@ def test_naive_l2_fits_every_strength_to_convergence_on_the_same_release(tmp_pat
     assert row["0.1 error"] != pytest.approx(row["1 error"], rel=1e-3)
     assert 0 < row["noisy released L1"] < 2
     assert (tmp_path / "naive_l2.csv").exists()
+
+
+def test_rhat_floor_chains_have_the_stated_law() -> None:
+    """The floor's chains are stationary AR(1) series: unit variance and lag-one
+    autocorrelation ``ρ`` (closed forms), so the R-hat measured on them is noise alone."""
+    from benchmarks.rhat_floor import ar1_chains, one_setting
+
+    rng = np.random.default_rng(0)
+    for rho in (0.0, 0.6):
+        x = ar1_chains(rng, 4, 4000, 50, rho)
+        lag1 = np.mean(x[:, 1:] * x[:, :-1]) / np.mean(x * x)
+        assert abs(np.var(x) - 1.0) < 0.03 and abs(lag1 - rho) < 0.02, (rho, np.var(x), lag1)
+    row = one_setting(rng, 4, 500, 20, 0.0, 2)
+    # independent draws: ESS near the 2,000 draws, R-hat within a percent of 1
+    assert row["min_ess_bulk_median"] > 1200 and row["max_r_hat_median"] < 1.01
+    assert row["pass_share"] == 1.0

@@ -30,7 +30,7 @@ NUTS_PATHS = {"auto": (None, None), "exact": (True, False), "relaxed": (False, F
 
 #: ``--metric``'s choices: :data:`numpyro_dpgm.infer.bayes.nuts.NUTS_METRICS` (not imported
 #: here, to keep the command's start light).
-NUTS_METRICS = ("laplace", "pilot", "adapt")
+NUTS_METRICS = ("pilot", "laplace", "adapt")
 
 
 #: The values of the nuts-only options when not given (they are refused with other methods).
@@ -96,11 +96,11 @@ def fit(
              "or where the release pins the counts: the noise's share of the median released "
              "count below 7.5 %)")] = None,
     metric: Annotated[str | None, typer.Option(
-        help="nuts only, the collapsed path: laplace (the default there: the curvature at the "
-             "posterior's mode as NUTS's metric), pilot (a pilot run with it, then NUTS through "
-             "a sinh-arcsinh map of each coordinate fitted to the pilot's draws: for releases "
-             "with many nearly empty cells, whose posteriors have tails the curvature does not "
-             "see) or adapt (NumPyro's adaptation in warm-up)")] = None,
+        help="nuts only, the collapsed path: pilot (the default there: a pilot run with the "
+             "curvature at the posterior's mode as NUTS's metric, then NUTS through a "
+             "sinh-arcsinh map of each coordinate fitted to the pilot's draws, which follows "
+             "the tails of nearly empty cells that the curvature does not see), laplace (the "
+             "curvature alone) or adapt (NumPyro's adaptation in warm-up)")] = None,
     coding: Annotated[str, typer.Option(
         help="nuts only: the parameters the Normal prior sits on: reference (log-linear log "
              "odds against each attribute's level 0) or conditional (log odds of the junction "

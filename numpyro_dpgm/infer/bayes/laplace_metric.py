@@ -195,7 +195,9 @@ class ChosenMetric(NamedTuple):
 
     Attributes
     ----------
-    name : {"laplace", "adapt"}
+    name : {"laplace", "adapt", "pilot"}
+        ``"pilot"``: the unit metric on the coordinates of a map fitted to a pilot run
+        (:func:`~numpyro_dpgm.infer.bayes.nuts.run_nuts`'s ``metric="pilot"``).
     nuts_options : dict
         ``dense_mass``, and for ``"laplace"`` ``inverse_mass_matrix`` and
         ``adapt_mass_matrix=False``, for :class:`numpyro.infer.NUTS`.

@@ -71,7 +71,7 @@ from .extend import (
 )
 from .gibbs import interweave_fn
 from .initialization import init_to_interior, init_values
-from .laplace_metric import choose_metric
+from .laplace_metric import ChosenMetric, choose_metric
 from .model import OBSERVED, NoisyMarginalsModel, observed_answers, y_argument
 from .paths import (
     choose_path,
@@ -181,21 +181,22 @@ def run_nuts(
         per draw and hit the maximum depth, a dense one 28), diagonal otherwise (a batch of
         releases: a dense matrix over 100 releases hit the maximum depth on every draw) and on
         the relaxed path. Not used with the Laplace metric (below), which is dense.
-    metric : {"laplace", "pilot", "adapt"}, optional
-        NUTS's mass matrix on the collapsed path. ``"laplace"`` (its default): the inverse
-        Hessian of the potential at its mode, with the Gibbs sites at their prior means
+    metric : {"pilot", "laplace", "adapt"}, optional
+        NUTS's metric on the collapsed path. ``"laplace"``: the inverse Hessian of the
+        potential at its mode, with the Gibbs sites at their prior means
         (:mod:`~numpyro_dpgm.infer.bayes.laplace_metric`), kept through warm-up (which adapts
         the step size), and each chain starting from a draw of that normal approximation
         (``radius=0``: at the mode); on Adult's 842-cell tree the posterior's correlations
         held NUTS with an adapted diagonal metric at step size 0.011 and ~670 leapfrog steps
-        a draw. Where the curvature is not positive definite, the default falls back to
-        ``"adapt"`` with a warning. ``"pilot"``: a pilot run with the Laplace metric
+        a draw. ``"pilot"`` (the default): a pilot run with the Laplace metric
         (:data:`PILOT_DRAWS` draws per chain, at most :data:`PILOT_SHARE` of ``time_limit``),
         then NUTS through a sinh-arcsinh map of each of the approximation's whitened
-        coordinates fitted to the pilot's quantiles (:mod:`~numpyro_dpgm.infer.bayes.pilot_map`),
-        for posteriors with tails the curvature does not see (nearly empty cells);
-        ``mcmc.pilot`` holds the pilot run, ``mcmc.pilot_map`` the map. ``"adapt"``: NumPyro's
-        windowed adaptation (``dense_mass``), the only metric of the other paths.
+        coordinates fitted to the pilot's quantiles (:mod:`~numpyro_dpgm.infer.bayes.pilot_map`):
+        the release's own posterior bends the metric where its tails are not the
+        curvature's (nearly empty cells); ``mcmc.pilot`` holds the pilot run, ``mcmc.pilot_map``
+        the map. Where the curvature is not positive definite, the default falls back to
+        ``"adapt"`` with a warning. ``"adapt"``: NumPyro's windowed adaptation
+        (``dense_mass``), the only metric of the other paths.
     exact : bool, optional
         ``True``: the exact path (:mod:`numpyro_dpgm.infer.bayes.gibbs`); ``False``: the relaxed
         one, on the model's relaxation; ``None`` (default): :func:`~.paths.choose_path`: the normal
@@ -260,7 +261,7 @@ def run_nuts(
         ``mcmc.model`` (the model sampled: on the exact and the collapsed paths, ``model``
         with ``relaxed=False``; the collapsed path's draws hold the sites ``n_xi`` and, for
         Laplace noise, ``n_v`` besides the usual ones, and ``mcmc.collapse_plan``),
-        ``mcmc.metric`` (``"laplace"`` or ``"adapt"``) and ``mcmc.laplace`` (the
+        ``mcmc.metric`` (``"pilot"``, ``"laplace"`` or ``"adapt"``) and ``mcmc.laplace`` (the
         :class:`~numpyro_dpgm.infer.bayes.laplace_metric.LaplaceMetric`, or ``None``) and, with
         ``check`` or ``time_limit``, ``mcmc.convergence`` (the
         :class:`~numpyro_dpgm.infer.bayes.checks.ConvergenceFigures` the warnings are based on)
@@ -393,18 +394,22 @@ WARMUP_SHARE = 0.5
 WARMUP_SHARE_FIXED_METRIC = 0.25
 
 
+#: The metrics that warm-up keeps (it adapts the step size only).
+FIXED_METRICS = ("laplace", "pilot")
+
+
 def _warmup(num_warmup: int | None, chosen: Any) -> int:
     """``num_warmup``, or its default for the metric ``chosen`` (a
     :class:`~.laplace_metric.ChosenMetric`, ``None`` where the mass matrix adapts)."""
     if num_warmup is not None:
         return int(num_warmup)
-    fixed = chosen is not None and chosen.name == "laplace"
+    fixed = chosen is not None and chosen.name in FIXED_METRICS
     return WARMUP_STEPS_FIXED_METRIC if fixed else WARMUP_STEPS
 
 
 def _share(chosen: Any) -> float:
     """:data:`WARMUP_SHARE`, or :data:`WARMUP_SHARE_FIXED_METRIC` for the Laplace metric."""
-    return WARMUP_SHARE_FIXED_METRIC if chosen.name == "laplace" else WARMUP_SHARE
+    return WARMUP_SHARE_FIXED_METRIC if chosen.name in FIXED_METRICS else WARMUP_SHARE
 
 
 #: The fewest first draws per chain when ``time_limit`` cuts them (the fewest a split R-hat
@@ -495,24 +500,32 @@ def user_collapse(model: Callable[..., Any], model_args: tuple = (),
 
 def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: tuple,
                         model_kwargs: dict, plan: Any, reason: str, values: Mapping,
-                        *, num_warmup: int, num_samples: int, num_chains: int, method: str,
-                        progress_bar: bool, radius: float, target_accept_prob: float,
-                        dense_mass: bool | None, metric: str | None, max_tree_depth: int,
-                        deadline: float | None, warmup_callback: Callable | None) -> MCMC:
+                        *, metric: str | None, radius: float, dense_mass: bool | None,
+                        **options: Any) -> MCMC:
     """The collapsed path, for a model of your own and the library's (with exact tables): ξ
-    and ``v`` by Gibbs, NUTS on the rest (:func:`~.collapse.collapse_kernel`)."""
-    if metric == "pilot":
-        return _run_mapped(model, rng_key, model_args, model_kwargs, plan, reason, values,
-                           num_warmup=num_warmup, num_samples=num_samples,
-                           num_chains=num_chains, method=method, progress_bar=progress_bar,
-                           radius=radius, target_accept_prob=target_accept_prob,
-                           dense_mass=dense_mass, max_tree_depth=max_tree_depth,
-                           deadline=deadline, warmup_callback=warmup_callback)
+    and ``v`` by Gibbs, NUTS on the rest (:func:`~.collapse.collapse_kernel`), with the
+    ``metric`` of :func:`run_nuts` (``None``: ``"pilot"``, or ``"adapt"`` with a warning
+    where the curvature at the mode is not positive definite)."""
     k_metric, rng_key = jax.random.split(rng_key)
-    chosen = choose_metric(metric, collapse(model, plan), model_args, model_kwargs,
-                           collapse_gibbs_values(plan),
-                           init_to_interior(values=values, radius=0.0), k_metric, num_chains,
-                           radius, dense_mass)
+    chosen = choose_metric("laplace" if metric == "pilot" else metric, collapse(model, plan),
+                           model_args, model_kwargs, collapse_gibbs_values(plan),
+                           init_to_interior(values=values, radius=0.0), k_metric,
+                           options["num_chains"], radius, dense_mass)
+    setting = dict(model_args=model_args, model_kwargs=model_kwargs, plan=plan, reason=reason,
+                   values=values, radius=radius, **options)
+    if metric != "laplace" and chosen.name == "laplace":
+        return _run_mapped(model, rng_key, chosen, setting)
+    return _collapsed_run(model, rng_key, chosen, **setting)
+
+
+def _collapsed_run(model: Callable[..., Any], rng_key: Array, chosen: Any, *,
+                   model_args: tuple, model_kwargs: dict, plan: Any, reason: str,
+                   values: Mapping, num_warmup: int | None, num_samples: int, num_chains: int,
+                   method: str, progress_bar: bool, radius: float, target_accept_prob: float,
+                   max_tree_depth: int, deadline: float | None,
+                   warmup_callback: Callable | None) -> MCMC:
+    """The collapsed path's run with the metric ``chosen`` (a
+    :class:`~.laplace_metric.ChosenMetric`)."""
     kernel = collapse_kernel(
         model, plan, model_args, model_kwargs,
         init_strategy=init_to_interior(values=values, radius=radius),
@@ -534,7 +547,7 @@ def _run_user_collapsed(model: Callable[..., Any], rng_key: Array, model_args: t
 
 
 #: The metrics of :func:`run_nuts` (``metric``): the collapsed path's two and NumPyro's.
-NUTS_METRICS = ("laplace", "pilot", "adapt")
+NUTS_METRICS = ("pilot", "laplace", "adapt")
 
 #: Draws per chain of the pilot run of ``metric="pilot"`` (with the Laplace metric), whose
 #: quantiles the map of :mod:`.pilot_map` is fitted to.
@@ -544,56 +557,41 @@ PILOT_DRAWS = 100
 PILOT_SHARE = 0.4
 
 
-def _run_mapped(model: Callable[..., Any], rng_key: Array, model_args: tuple,
-                model_kwargs: dict, plan: Any, reason: str, values: Mapping, *,
-                num_warmup: int | None, num_samples: int, num_chains: int,
-                deadline: float | None, **options: Any) -> MCMC:
-    """``metric="pilot"``: a pilot run with the Laplace metric (:data:`PILOT_DRAWS` draws per
-    chain), then the collapsed path's kernel on the model under
-    :class:`~.pilot_map.sinh_arcsinh_map` fitted to the pilot's draws, from each chain's last
-    pilot state, NUTS on the map's standard normal coordinates (unit metric, the step size
-    adapted in :data:`WARMUP_STEPS_FIXED_METRIC` steps)."""
+def _run_mapped(model: Callable[..., Any], rng_key: Array, chosen: Any,
+                setting: dict[str, Any]) -> MCMC:
+    """``metric="pilot"``: a pilot run with the Laplace metric ``chosen`` (:data:`PILOT_DRAWS`
+    draws per chain, at most :data:`PILOT_SHARE` of the time left), then the collapsed path's
+    kernel on the model under :class:`~.pilot_map.sinh_arcsinh_map` fitted to the pilot's
+    draws, from each chain's last pilot state, NUTS on the map's standard normal coordinates
+    (unit metric, the step size adapted in :data:`WARMUP_STEPS_FIXED_METRIC` steps)."""
     k_pilot, k_run = jax.random.split(rng_key)
+    deadline, plan = setting["deadline"], setting["plan"]
+    model_args, model_kwargs = setting["model_args"], setting["model_kwargs"]
     pilot_deadline = (None if deadline is None else
                       time.perf_counter() + PILOT_SHARE * (deadline - time.perf_counter()))
-    pilot = _run_user_collapsed(model, k_pilot, model_args, model_kwargs, plan, reason, values,
-                                num_warmup=num_warmup, num_samples=PILOT_DRAWS,
-                                num_chains=num_chains, metric="laplace",
-                                deadline=pilot_deadline, **options)
-    found, began = pilot.laplace, time.perf_counter()
+    pilot = _collapsed_run(model, k_pilot, chosen, **{**setting, "num_samples": PILOT_DRAWS,
+                                                       "deadline": pilot_deadline})
+    found, began = chosen.found, time.perf_counter()
     grouped = pilot.get_samples(group_by_chain=True)
     names = sorted(found.mode)
-    fixed = collapse_gibbs_values(plan)
-    handled = collapse(model, plan)
-    flat = unconstrained_draws(handled, model_args, model_kwargs, fixed,
+    flat = unconstrained_draws(collapse(model, plan), model_args, model_kwargs,
+                               collapse_gibbs_values(plan),
                                {k: grouped[k].reshape((-1,) + grouped[k].shape[2:])
                                 for k in names})
     sas = fit_sinh_arcsinh(flat, ravel_pytree(found.mode)[0],
                            jnp.linalg.cholesky(found.inverse_mass_matrix))
+    num_chains = setting["num_chains"]
     last = flat.reshape(num_chains, -1, flat.shape[-1])[:, -1]
     starts = {MAPPED_SITE: jax.vmap(functools.partial(map_inverse, sas))(last)}
     starts.update({f"{s.name}_v": grouped[f"{s.name}_v"][:, -1] for s in plan.sites
                    if s.laplace.size})
     if num_chains == 1:
         starts = {k: v[0] for k, v in starts.items()}
-    kernel = collapse_kernel(sinh_arcsinh_map(model, sas, found.mode), plan, model_args,
-                             model_kwargs, target_accept_prob=options["target_accept_prob"],
-                             max_tree_depth=options["max_tree_depth"], dense_mass=False,
-                             adapt_mass_matrix=False)
-    fields = ("diverging",) + NUTS_FIELDS
-    method, progress_bar = options["method"], options["progress_bar"]
-    mcmc = MCMC(kernel, num_warmup=WARMUP_STEPS_FIXED_METRIC if num_warmup is None
-                else int(num_warmup), num_samples=num_samples, num_chains=num_chains,
-                chain_method=chain_method_for(
-                    "sequential" if method == "vectorized" else method, num_chains, progress_bar),
-                progress_bar=progress_bar, progress_rate=1)
+    mapped = ChosenMetric("pilot", {"dense_mass": False, "adapt_mass_matrix": False}, starts,
+                          found)
     map_seconds = time.perf_counter() - began
-    _sample(mcmc, k_run, model_args, model_kwargs, fields, starts, deadline,
-            options["warmup_callback"], WARMUP_SHARE_FIXED_METRIC)
-    mcmc.path, mcmc.path_reason, mcmc.model = "collapsed", reason, model
-    mcmc.metric, mcmc.laplace, mcmc.pilot = "pilot", found, pilot
-    mcmc.pilot_map, mcmc.map_seconds = sas, map_seconds
-    mcmc.batches, mcmc.fields, mcmc.collapse_plan = 0, fields, plan
+    mcmc = _collapsed_run(sinh_arcsinh_map(model, sas, found.mode), k_run, mapped, **setting)
+    mcmc.model, mcmc.pilot, mcmc.pilot_map, mcmc.map_seconds = model, pilot, sas, map_seconds
     return mcmc
 
 

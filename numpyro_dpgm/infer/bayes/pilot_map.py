@@ -117,13 +117,14 @@ def fit_sinh_arcsinh(draws: Array, loc: Array, chol: Array) -> SinhArcsinh:
     w = np.linalg.solve(chol, (draws - loc).T).T
     z = norm.ppf(PROBABILITIES)
     lower, upper = BOUNDS
+    median = PROBABILITIES.index(0.5)
     fitted = np.empty((w.shape[1], 4))
     for i, col in enumerate(w.T):
         q = np.quantile(col, PROBABILITIES)
         spread = np.log(np.clip((q[-2] - q[1]) / (z[-2] - z[1]), np.exp(lower[0]),
                                 np.exp(upper[0])))
         fit = least_squares(lambda p, q=q: _quantiles(p, z) - q,
-                            np.array([q[3], spread, 0.0, 0.0]),
+                            np.array([q[median], spread, 0.0, 0.0]),
                             bounds=([-np.inf, *lower], [np.inf, *upper]))
         fitted[i] = fit.x
     return SinhArcsinh(jnp.asarray(loc), jnp.asarray(chol),
