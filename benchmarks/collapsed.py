@@ -243,6 +243,11 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     row["path_reason"] = mcmc.path_reason
     row["metric"] = mcmc.metric
     row["warmup_steps"] = list(getattr(mcmc, "warmup_steps", ()))
+    pilot = getattr(mcmc, "pilot", None)
+    row.update({k: float(v) for k, v in (
+        ("pilot_s", getattr(pilot, "seconds", None)), ("map_s", getattr(mcmc, "map_seconds", None)),
+        ("warmup_s", getattr(mcmc, "warmup_seconds", None)),
+        ("draws_s", getattr(mcmc, "draws_seconds", None))) if v is not None})
     if mcmc.laplace is not None:
         row.update(laplace_s=mcmc.laplace.seconds, laplace_iterations=mcmc.laplace.iterations,
                    laplace_converged=mcmc.laplace.converged)

@@ -17,9 +17,10 @@ release), ``θ = coding.to_theta(φ)``, an exact ``CollectiveGraphicalModel(net,
   parameters, so it is slow with many releases (not run by default);
 - ``collapsed``, ``laplace``: release by release, the same model for one release (no plate):
   ``run_nuts`` with its defaults (the collapsed path at real sizes: 4 chains, 500 draws each,
-  the pilot map; ``--metric`` picks another metric), and ``run_laplace`` (1,000 draws of the Laplace approximation of the
-  collapsed posterior). Each release's figures are appended to ``{tag}.partial.jsonl`` in the
-  output folder as they come, and a run with the same settings resumes from it.
+  the pilot map; ``--metric`` picks another metric), and ``run_laplace`` (1,000 draws of the
+  Laplace approximation of the collapsed posterior). Each release's figures are appended to
+  ``{tag}.partial.jsonl`` in the output folder as they come, and a run with the same settings
+  resumes from it.
 
 At real size (``--paths laplace,collapsed --records 100000 --levels 10 --concentration 0.3``:
 200 cells, 28 of them expecting fewer than 5 records) a release takes about 25 s on the

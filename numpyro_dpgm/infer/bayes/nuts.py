@@ -193,9 +193,10 @@ def run_nuts(
         then NUTS through a sinh-arcsinh map of each of the approximation's whitened
         coordinates fitted to the pilot's quantiles (:mod:`~numpyro_dpgm.infer.bayes.pilot_map`):
         the release's own posterior bends the metric where its tails are not the
-        curvature's (nearly empty cells); ``mcmc.pilot`` holds the pilot run, ``mcmc.pilot_map``
-        the map. Where the curvature is not positive definite, the default falls back to
-        ``"adapt"`` with a warning. ``"adapt"``: NumPyro's windowed adaptation
+        curvature's (nearly empty cells); ``mcmc.pilot`` holds the pilot run (its wall time in
+        ``mcmc.pilot.seconds``), ``mcmc.pilot_map`` the map (fitted in ``mcmc.map_seconds``).
+        Where the curvature is not positive definite, the default falls back to ``"adapt"``
+        with a warning. ``"adapt"``: NumPyro's windowed adaptation
         (``dense_mass``), the only metric of the other paths.
     exact : bool, optional
         ``True``: the exact path (:mod:`numpyro_dpgm.infer.bayes.gibbs`); ``False``: the relaxed
@@ -265,7 +266,9 @@ def run_nuts(
         :class:`~numpyro_dpgm.infer.bayes.laplace_metric.LaplaceMetric`, or ``None``) and, with
         ``check`` or ``time_limit``, ``mcmc.convergence`` (the
         :class:`~numpyro_dpgm.infer.bayes.checks.ConvergenceFigures` the warnings are based on)
-        and ``mcmc.batches`` (the further batches ``time_limit`` drew).
+        and ``mcmc.batches`` (the further batches ``time_limit`` drew); with ``time_limit``,
+        ``mcmc.warmup_seconds`` and ``mcmc.draws_seconds`` (warm-up's and the first draws'
+        wall time, compilation included).
     """
     started = time.perf_counter()
     if metric not in (None, *NUTS_METRICS):
@@ -436,6 +439,7 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
                           init_params=init_params, callback=warmup_callback,
                           extra_fields=fields)
     steps = mcmc.warmup_steps = warm.steps
+    mcmc.warmup_seconds = time.perf_counter() - start
     if min(steps) < mcmc.num_warmup:
         warnings.warn(
             f"run_nuts: warm-up stopped after {min(steps)} of {mcmc.num_warmup} steps in some "
@@ -569,9 +573,10 @@ def _run_mapped(model: Callable[..., Any], rng_key: Array, chosen: Any,
     model_args, model_kwargs = setting["model_args"], setting["model_kwargs"]
     pilot_deadline = (None if deadline is None else
                       time.perf_counter() + PILOT_SHARE * (deadline - time.perf_counter()))
+    began = time.perf_counter()
     pilot = _collapsed_run(model, k_pilot, chosen, **{**setting, "num_samples": PILOT_DRAWS,
                                                        "deadline": pilot_deadline})
-    found, began = chosen.found, time.perf_counter()
+    pilot.seconds, found, began = time.perf_counter() - began, chosen.found, time.perf_counter()
     grouped = pilot.get_samples(group_by_chain=True)
     names = sorted(found.mode)
     flat = unconstrained_draws(collapse(model, plan), model_args, model_kwargs,
