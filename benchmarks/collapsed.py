@@ -306,7 +306,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dense-mass", action="store_true",
                         help="with --metric adapt: a dense mass matrix adapted in warm-up")
     parser.add_argument("--metric", choices=("laplace", "pilot", "adapt"), default=None,
-                        help="run_nuts's metric (default its own: laplace on this path)")
+                        help="run_nuts's metric (default its own: pilot on this path)")
     parser.add_argument("--chain-method", choices=("sequential", "parallel"), default="sequential",
                         help="parallel: one device per chain (on a CPU, XLA_FLAGS="
                              "--xla_force_host_platform_device_count=CHAINS)")
