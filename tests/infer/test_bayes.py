@@ -240,6 +240,25 @@ def test_init_to_interior_gives_distinct_interior_starts():
                                            substitute_fn=init_to_interior(values=bad))).get_trace()
 
 
+def test_init_to_interior_without_jitter_starts_a_site_without_value_at_its_median():
+    """``radius=0`` (the start of the mode search) puts a site without a given value near its
+    prior's median, not at a uniform draw in ``(−2, 2)`` of its unconstrained space, from which
+    L-BFGS stalled on Adult's 842-cell tree."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    def model():
+        numpyro.sample("x", dist.Normal(5.0, 0.1))
+        numpyro.sample("s", dist.LogNormal(3.0, 0.1))
+
+    for radius, near in ((0.0, True), (0.5, False)):
+        tr = handlers.trace(handlers.substitute(
+            handlers.seed(model, rng_seed=0),
+            substitute_fn=init_to_interior(radius=radius))).get_trace()
+        x, s = float(tr["x"]["value"]), float(tr["s"]["value"])
+        assert (abs(x - 5.0) < 0.2 and abs(np.log(s) - 3.0) < 0.2) == near, (radius, x, s)
+
+
 def test_em_starting_point_is_interior():
     model = noisy_marginals_model(NET_SMALL, small_release(), N_SMALL)
     point = em_start(model, max_iters=5, inner_iters=20)
