@@ -411,7 +411,8 @@ def _warmup(num_warmup: int | None, chosen: Any) -> int:
 
 
 def _share(chosen: Any) -> float:
-    """:data:`WARMUP_SHARE`, or :data:`WARMUP_SHARE_FIXED_METRIC` for the Laplace metric."""
+    """:data:`WARMUP_SHARE`, or :data:`WARMUP_SHARE_FIXED_METRIC` for a metric warm-up keeps
+    (:data:`FIXED_METRICS`)."""
     return WARMUP_SHARE_FIXED_METRIC if chosen.name in FIXED_METRICS else WARMUP_SHARE
 
 
