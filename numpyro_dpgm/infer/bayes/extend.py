@@ -23,7 +23,8 @@ mass matrix), so a batch extends the chains; only the run's length then depends 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import jax
@@ -32,8 +33,8 @@ import numpy as np
 from numpyro.infer import MCMC
 from numpyro.util import is_prng_key, nested_attrgetter
 
-__all__ = ["DRAW_CHUNK", "SequentialChains", "chain_method_for", "draw_more", "draw_until",
-           "draws_held", "first_draws", "resolve_chain_method", "step_program"]
+__all__ = ["DRAW_CHUNK", "ProgramData", "SequentialChains", "chain_method_for", "draw_more",
+           "draw_until", "draws_held", "first_draws", "resolve_chain_method", "step_program"]
 
 
 #: The most draws per chain in one compiled call: a batch is drawn in calls of at most this many
@@ -178,27 +179,89 @@ def _draw(mcmc: MCMC, state: Any, count: int, fields: tuple[str, ...],
     return state, jax.tree.map(lambda *xs: np.concatenate(xs, axis=1), *parts)
 
 
+class ProgramData:
+    """A value that a kernel's model reads when it is traced, which :func:`step_program` passes
+    to its compiled program as an argument instead of baking it in as a constant.
+
+    Set it as the kernel's ``program_data``: the runs of that kernel (one ``MCMC`` after
+    another, on the same model arguments) then share one compiled step program, each with
+    the ``value`` held when it calls it. While the program is traced, ``value`` is the tracer.
+
+    >>> import jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist
+    >>> from numpyro.infer import MCMC, NUTS
+    >>> loc = ProgramData(jnp.asarray(0.0))
+    >>> def model():
+    ...     numpyro.sample("x", dist.Normal(loc.value, 1.0))
+    >>> kernel = NUTS(model)
+    >>> kernel.program_data = loc
+    >>> programs = []
+    >>> for value in (0.0, 10.0):
+    ...     loc.value = jnp.asarray(value)
+    ...     mcmc = MCMC(kernel, num_warmup=0, num_samples=25, progress_bar=False)
+    ...     mcmc.post_warmup_state = kernel.init(jax.random.key(0), 0, None, (), {})
+    ...     _ = first_draws(mcmc, jax.random.key(1))
+    ...     programs.append(step_program(mcmc))
+    >>> programs[0] is programs[1], bool(mcmc.get_samples()["x"].mean() > 8)
+    (True, True)
+    """
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    @contextmanager
+    def bound(self, value: Any) -> Iterator[None]:
+        """``value`` held for the block (the tracer while a program is traced)."""
+        held, self.value = self.value, value
+        try:
+            yield
+        finally:
+            self.value = held
+
+
+def _programs(mcmc: MCMC) -> dict:
+    """Where ``mcmc``'s compiled step programs are kept: on the run, or on its kernel where the
+    kernel has :class:`ProgramData` (its runs share them)."""
+    owner = mcmc.sampler if _data(mcmc) is not None else mcmc
+    return owner.__dict__.setdefault("_draw_more_programs", {})
+
+
+def _data(mcmc: MCMC) -> ProgramData | None:
+    return getattr(mcmc.sampler, "program_data", None)
+
+
 def step_program(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> Callable:
     """One chain's ``(state, n) -> (last state, draws)``: ``n ≤`` :data:`DRAW_CHUNK` steps of
     the run's kernel (the draws beyond ``n`` are padding), compiled once per run and fields
     (kept on ``mcmc``, whose ``_args`` and ``_kwargs`` must be the run's). Warm-up
     (:func:`~.warmup.bounded_warmup`, which discards the draws: the adaptation schedule lives
     in the kernel's state) and the draws of chains run one after another share it, so a run
-    compiles its sampler once. Its ``ran`` says whether it has been called (compiled)."""
+    compiles its sampler once. Its ``ran`` says whether it has been called (compiled).
+
+    A kernel with :class:`ProgramData` (its ``program_data``) keeps the program itself: every
+    run of that kernel steps the program compiled for the first, which must have had the same
+    model arguments, fields, warm-up length and kernel settings; only the data's ``value`` and
+    the state change between them."""
     fields = _fields(mcmc, extra_fields, "step_program's draws")
-    programs = mcmc.__dict__.setdefault("_draw_more_programs", {})
+    programs = _programs(mcmc)
     if ("chain", fields) in programs:
         return programs["chain", fields]
-    sampler, args, kwargs = mcmc.sampler, mcmc._args, mcmc._kwargs
-    postprocess = sampler.postprocess_fn(args, kwargs)
+    sampler, args, kwargs, data = mcmc.sampler, mcmc._args, mcmc._kwargs, _data(mcmc)
     getter = nested_attrgetter(*fields)
 
-    def collect(state: Any) -> dict[str, Any]:
-        values = list(getter(state)) if len(fields) > 1 else [getter(state)]
-        values[0] = postprocess(values[0])
-        return dict(zip(fields, values, strict=True))
+    def chain(state: Any, n: Any, value: Any = None) -> tuple[Any, dict[str, Any]]:
+        if data is not None:
+            with data.bound(value):
+                return _steps(state, n)
+        return _steps(state, n)
 
-    def chain(state: Any, n: Any) -> tuple[Any, dict[str, Any]]:
+    def _steps(state: Any, n: Any) -> tuple[Any, dict[str, Any]]:
+        postprocess = sampler.postprocess_fn(args, kwargs)
+
+        def collect(s: Any) -> dict[str, Any]:
+            values = list(getter(s)) if len(fields) > 1 else [getter(s)]
+            values[0] = postprocess(values[0])
+            return dict(zip(fields, values, strict=True))
+
         def advance(s: Any) -> tuple[Any, dict[str, Any]]:
             s = sampler.sample(s, args, kwargs)
             return s, collect(s)
@@ -212,14 +275,14 @@ def step_program(mcmc: MCMC, extra_fields: Sequence[str] = ()) -> Callable:
 
         return jax.lax.scan(step, state, np.arange(DRAW_CHUNK))
 
-    programs["chain", fields] = _Program(jax.jit(chain), chain)
+    programs["chain", fields] = _Program(jax.jit(chain), chain, data=data)
     return programs["chain", fields]
 
 
 def _batch_program(mcmc: MCMC, fields: tuple[str, ...]) -> Callable:
     """``(state, n) -> (last state, draws grouped by chain)`` of every chain: chains one after
     another call :func:`step_program` in turn; vectorised or parallel chains have a program of
-    their own (kept on ``mcmc``)."""
+    their own (kept where :func:`step_program`'s is)."""
     one = step_program(mcmc, fields)
     if mcmc.num_chains == 1:
         def single(state: Any, n: int) -> tuple[Any, dict[str, Any]]:
@@ -234,23 +297,24 @@ def _batch_program(mcmc: MCMC, fields: tuple[str, ...]) -> Callable:
             return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
         return _Program(in_turn, base=one)
-    programs = mcmc.__dict__["_draw_more_programs"]
+    programs = _programs(mcmc)
     if ("batch", fields) not in programs:
         if mcmc.chain_method == "parallel":
-            program = jax.pmap(one.chain, in_axes=(0, None))
+            program = jax.pmap(one.chain, in_axes=(0, None, None))
         else:
-            program = jax.jit(jax.vmap(one.chain, in_axes=(0, None)))
-        programs["batch", fields] = _Program(program)
+            program = jax.jit(jax.vmap(one.chain, in_axes=(0, None, None)))
+        programs["batch", fields] = _Program(program, data=one.data)
     return programs["batch", fields]
 
 
 class _Program:
     """A program that remembers whether it has run (compiled) yet; one built on another
-    (``base``) shares its memory. ``chain`` is the traced function, where there is one."""
+    (``base``) shares its memory. ``chain`` is the traced function, where there is one;
+    ``data`` the :class:`ProgramData` whose value each call passes."""
 
     def __init__(self, fn: Callable, chain: Callable | None = None,
-                 base: _Program | None = None) -> None:
-        self.fn, self.chain, self._base, self._ran = fn, chain, base, False
+                 base: _Program | None = None, data: ProgramData | None = None) -> None:
+        self.fn, self.chain, self._base, self._ran, self.data = fn, chain, base, False, data
 
     @property
     def ran(self) -> bool:
@@ -264,7 +328,9 @@ class _Program:
             self._ran = value
 
     def __call__(self, state: Any, n: int) -> Any:
-        return self.fn(state, n)
+        if self._base is not None:
+            return self.fn(state, n)
+        return self.fn(state, n, None if self.data is None else self.data.value)
 
 
 class SequentialChains:

@@ -63,6 +63,7 @@ from .conditional import ConditionalCoding
 from .count_gibbs import CGMGibbs, RecordMoves
 from .count_sites import CountSiteError, count_networks, split_sites
 from .extend import (
+    ProgramData,
     chain_method_for,
     draw_until,
     draws_held,
@@ -83,9 +84,9 @@ from .paths import (
 from .pilot_map import (
     MAPPED_SITE,
     fit_sinh_arcsinh,
+    linear_map,
     map_inverse,
     sinh_arcsinh_map,
-    unconstrained_draws,
 )
 from .warmup import bounded_warmup
 
@@ -427,16 +428,19 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
     """``mcmc.run``; with a ``deadline``, warm-up bounded by :func:`~.warmup.bounded_warmup`
     to ``share`` of the time left and the first draws cut to fit the rest, at the
     pace of warm-up's last steps (and after a compilation as long as warm-up's, where the
-    draws need a program of their own)."""
+    draws need a program of their own). A kernel with ``program_data`` (runs that share one
+    compiled program, :class:`~.extend.ProgramData`) takes that way without a deadline too."""
     mcmc.warmup_steps = (mcmc.num_warmup,) * mcmc.num_chains
-    if deadline is None or mcmc.num_warmup == 0:
+    shared = getattr(mcmc.sampler, "program_data", None) is not None
+    if (deadline is None and not shared) or mcmc.num_warmup == 0:
         mcmc.run(rng_key, *model_args, extra_fields=fields, init_params=init_params,
                  **model_kwargs)
         return
     k_warm, k_run = jax.random.split(rng_key)
     start = time.perf_counter()
     warm = bounded_warmup(mcmc, k_warm, model_args, model_kwargs,
-                          deadline=start + share * (deadline - start),
+                          deadline=(np.inf if deadline is None
+                                    else start + share * (deadline - start)),
                           init_params=init_params, callback=warmup_callback,
                           extra_fields=fields)
     steps = mcmc.warmup_steps = warm.steps
@@ -528,14 +532,15 @@ def _collapsed_run(model: Callable[..., Any], rng_key: Array, chosen: Any, *,
                    values: Mapping, num_warmup: int | None, num_samples: int, num_chains: int,
                    method: str, progress_bar: bool, radius: float, target_accept_prob: float,
                    max_tree_depth: int, deadline: float | None,
-                   warmup_callback: Callable | None) -> MCMC:
+                   warmup_callback: Callable | None, kernel: Any = None) -> MCMC:
     """The collapsed path's run with the metric ``chosen`` (a
-    :class:`~.laplace_metric.ChosenMetric`)."""
-    kernel = collapse_kernel(
-        model, plan, model_args, model_kwargs,
-        init_strategy=init_to_interior(values=values, radius=radius),
-        target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth,
-        **chosen.nuts_options)
+    :class:`~.laplace_metric.ChosenMetric`), by ``kernel`` where given (built for ``model``
+    with ``chosen``'s options), else a new one."""
+    if kernel is None:
+        kernel = _collapsed_kernel(model, chosen, model_args=model_args,
+                                   model_kwargs=model_kwargs, plan=plan, values=values,
+                                   radius=radius, target_accept_prob=target_accept_prob,
+                                   max_tree_depth=max_tree_depth)
     fields = ("diverging",) + NUTS_FIELDS
     mcmc = MCMC(kernel, num_warmup=_warmup(num_warmup, chosen), num_samples=num_samples,
                 num_chains=num_chains,
@@ -549,6 +554,17 @@ def _collapsed_run(model: Callable[..., Any], rng_key: Array, chosen: Any, *,
     mcmc.metric, mcmc.laplace = chosen.name, chosen.found
     mcmc.batches, mcmc.fields, mcmc.collapse_plan = 0, fields, plan
     return mcmc
+
+
+def _collapsed_kernel(model: Callable[..., Any], chosen: Any, *, model_args: tuple,
+                      model_kwargs: dict, plan: Any, values: Mapping, radius: float,
+                      target_accept_prob: float, max_tree_depth: int, **_: Any) -> Any:
+    """The collapsed path's kernel for ``model`` with the metric ``chosen``."""
+    return collapse_kernel(
+        model, plan, model_args, model_kwargs,
+        init_strategy=init_to_interior(values=values, radius=radius),
+        target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth,
+        **chosen.nuts_options)
 
 
 #: The metrics of :func:`run_nuts` (``metric``): the collapsed path's two and NumPyro's.
@@ -568,36 +584,51 @@ def _run_mapped(model: Callable[..., Any], rng_key: Array, chosen: Any,
     draws per chain, at most :data:`PILOT_SHARE` of the time left), then the collapsed path's
     kernel on the model under :class:`~.pilot_map.sinh_arcsinh_map` fitted to the pilot's
     draws, from each chain's last pilot state, NUTS on the map's standard normal coordinates
-    (unit metric, the step size adapted in :data:`WARMUP_STEPS_FIXED_METRIC` steps)."""
+    (unit metric, the step size adapted in :data:`WARMUP_STEPS_FIXED_METRIC` steps).
+
+    Both runs are runs of one kernel on the mapped model: the pilot's map is
+    :func:`~.pilot_map.linear_map` of the Laplace metric (NUTS with the unit metric on its
+    coordinates is NUTS with that metric), the map the kernel's
+    :class:`~.extend.ProgramData`, so the second run steps the program compiled for the
+    first."""
     k_pilot, k_run = jax.random.split(rng_key)
-    deadline, plan = setting["deadline"], setting["plan"]
-    model_args, model_kwargs = setting["model_args"], setting["model_kwargs"]
+    deadline, plan, chains = setting["deadline"], setting["plan"], setting["num_chains"]
+    found = chosen.found
+    loc = ravel_pytree(found.mode)[0]
+    the_map = ProgramData(linear_map(loc, jnp.linalg.cholesky(found.inverse_mass_matrix)))
+    unit = {"dense_mass": False, "adapt_mass_matrix": False}
+    mapped_model = sinh_arcsinh_map(model, the_map, found.mode)
+    kernel = _collapsed_kernel(mapped_model, ChosenMetric("pilot", unit, None, found),
+                               **setting)
+    kernel.program_data = the_map
+
+    def mapped_starts(z: Array, **others: Array) -> dict[str, Array]:
+        """Each chain's start (``z``: (chains, D), unconstrained) on the map's coordinates."""
+        out = {MAPPED_SITE: jax.vmap(functools.partial(map_inverse, the_map.value))(z),
+               **others}
+        return out if chains > 1 else {k: v[0] for k, v in out.items()}
+
+    laplace = ChosenMetric("laplace", unit, mapped_starts(
+        jax.vmap(lambda s: ravel_pytree(s)[0])(chosen.starts) if chains > 1
+        else ravel_pytree(chosen.starts)[0][None]), found)
     pilot_deadline = (None if deadline is None else
                       time.perf_counter() + PILOT_SHARE * (deadline - time.perf_counter()))
     began = time.perf_counter()
-    pilot = _collapsed_run(model, k_pilot, chosen, **{**setting, "num_samples": PILOT_DRAWS,
-                                                       "deadline": pilot_deadline})
-    pilot.seconds, found, began = time.perf_counter() - began, chosen.found, time.perf_counter()
+    pilot = _collapsed_run(mapped_model, k_pilot, laplace,
+                           **{**setting, "num_samples": PILOT_DRAWS, "deadline": pilot_deadline},
+                           kernel=kernel)
+    pilot.seconds, began = time.perf_counter() - began, time.perf_counter()
     grouped = pilot.get_samples(group_by_chain=True)
-    names = sorted(found.mode)
-    flat = unconstrained_draws(collapse(model, plan), model_args, model_kwargs,
-                               collapse_gibbs_values(plan),
-                               {k: grouped[k].reshape((-1,) + grouped[k].shape[2:])
-                                for k in names})
-    sas = fit_sinh_arcsinh(flat, ravel_pytree(found.mode)[0],
-                           jnp.linalg.cholesky(found.inverse_mass_matrix))
-    num_chains = setting["num_chains"]
-    last = flat.reshape(num_chains, -1, flat.shape[-1])[:, -1]
-    starts = {MAPPED_SITE: jax.vmap(functools.partial(map_inverse, sas))(last)}
-    starts.update({f"{s.name}_v": grouped[f"{s.name}_v"][:, -1] for s in plan.sites
-                   if s.laplace.size})
-    if num_chains == 1:
-        starts = {k: v[0] for k, v in starts.items()}
-    mapped = ChosenMetric("pilot", {"dense_mass": False, "adapt_mass_matrix": False}, starts,
-                          found)
+    # z = loc + L u under the linear map: the pilot's draws of the model's sites, flattened
+    z = loc + grouped[MAPPED_SITE] @ the_map.value.chol.T
+    the_map.value = fit_sinh_arcsinh(z.reshape(-1, loc.size), loc, the_map.value.chol)
+    mapped = ChosenMetric("pilot", unit, mapped_starts(
+        z[:, -1], **{f"{s.name}_v": grouped[f"{s.name}_v"][:, -1] for s in plan.sites
+                     if s.laplace.size}), found)
     map_seconds = time.perf_counter() - began
-    mcmc = _collapsed_run(sinh_arcsinh_map(model, sas, found.mode), k_run, mapped, **setting)
-    mcmc.model, mcmc.pilot, mcmc.pilot_map, mcmc.map_seconds = model, pilot, sas, map_seconds
+    mcmc = _collapsed_run(mapped_model, k_run, mapped, **setting, kernel=kernel)
+    pilot.model = mcmc.model = model
+    mcmc.pilot, mcmc.pilot_map, mcmc.map_seconds = pilot, the_map.value, map_seconds
     return mcmc
 
 

@@ -51,8 +51,10 @@ from numpyro.primitives import Messenger
 from scipy.optimize import least_squares
 from scipy.stats import norm
 
-__all__ = ["MAPPED_SITE", "PROBABILITIES", "SinhArcsinh", "fit_sinh_arcsinh", "map_forward",
-           "map_inverse", "sinh_arcsinh_map", "unconstrained_draws"]
+from .extend import ProgramData
+
+__all__ = ["MAPPED_SITE", "PROBABILITIES", "SinhArcsinh", "fit_sinh_arcsinh", "linear_map",
+           "map_forward", "map_inverse", "sinh_arcsinh_map", "unconstrained_draws"]
 
 Array = Any
 
@@ -91,6 +93,16 @@ class SinhArcsinh(NamedTuple):
     log_scale: Array
     skew: Array
     log_tail: Array
+
+
+def linear_map(loc: Array, chol: Array) -> SinhArcsinh:
+    """The map (1) that bends nothing (``a = 0``, ``s = 1``, ``ε = 0``, ``δ = 1``):
+    ``z = loc + chol · u``. NUTS with the unit metric on ``u`` is NUTS on ``z`` with the inverse
+    mass matrix ``chol · cholᵀ``, so under it a pilot run with the Laplace metric and the run
+    with the fitted map are runs of one kernel (one compiled program), the map its data."""
+    loc, chol = jnp.asarray(loc), jnp.asarray(chol)
+    zero = jnp.zeros_like(loc)
+    return SinhArcsinh(loc, chol, zero, zero, zero, zero)
 
 
 def _quantiles(params: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -153,7 +165,9 @@ class sinh_arcsinh_map(Messenger):
     """Sample the sites of ``mode`` (a pytree of their unconstrained values, the order of
     :func:`jax.flatten_util.ravel_pytree`) as the map ``sas`` (1) of one standard normal site
     :data:`MAPPED_SITE`: each becomes deterministic, its density and the Jacobians of the map
-    and of its support's bijection a factor, as in NumPyro's ``NeuTraReparam``.
+    and of its support's bijection a factor, as in NumPyro's ``NeuTraReparam``. ``sas`` may be
+    a :class:`~.extend.ProgramData` holding the map, read each time the model runs (a kernel
+    with it as its ``program_data`` takes the map as an argument of its compiled program).
 
     >>> import jax, jax.numpy as jnp, numpyro, numpyro.distributions as dist
     >>> from numpyro import handlers
@@ -172,8 +186,9 @@ class sinh_arcsinh_map(Messenger):
         if sas is None or mode is None:
             raise ValueError("sinh_arcsinh_map needs the map (sas) and the sites' mode")
         flat, self._unravel = ravel_pytree(dict(mode))
-        if flat.size != sas.loc.size:
-            raise ValueError(f"the map has {sas.loc.size} coordinates, the sites {flat.size}")
+        size = (sas.value if isinstance(sas, ProgramData) else sas).loc.size
+        if flat.size != size:
+            raise ValueError(f"the map has {size} coordinates, the sites {flat.size}")
         self.sas, self.sites = sas, frozenset(mode)
         self._values: dict | None = None
         super().__init__(fn)
@@ -187,10 +202,11 @@ class sinh_arcsinh_map(Messenger):
                 or msg["is_observed"]):
             return
         if self._values is None:
-            d = self.sas.loc.size
+            sas = self.sas.value if isinstance(self.sas, ProgramData) else self.sas
+            d = sas.loc.size
             u = numpyro.sample(MAPPED_SITE, dist.Normal(jnp.zeros(d), 1.0).to_event(1)
                                .mask(False))
-            z, log_det = map_forward(self.sas, u)
+            z, log_det = map_forward(sas, u)
             numpyro.factor(f"{MAPPED_SITE}_log_det", log_det)
             self._values = self._unravel(z)
         fn, name = msg["fn"], msg["name"]
