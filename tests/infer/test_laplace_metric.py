@@ -55,6 +55,24 @@ def test_conjugate_gaussian_mode_and_covariance():
     np.testing.assert_allclose(found.inverse_mass_matrix, cov, atol=1e-8)
 
 
+def test_a_search_stopped_early_is_finished_by_newton_steps(monkeypatch):
+    """L-BFGS cut after one iteration (as a stalled line search ends): the Newton steps with
+    the curvature at its point land on the mode, exactly on a quadratic potential, and the
+    decrement says the point is stationary; with no step allowed, the decrement says it is
+    not."""
+    from numpyro_dpgm.infer.bayes import laplace_metric as lm
+
+    potential, z0 = block_potential(linear_gaussian, (), {}, {}, jax.random.key(0))
+    found = laplace_metric(potential, z0, max_iterations=1)
+    mean, _ = posterior(R)
+    assert found.iterations == 1 and found.converged and found.decrement < 1e-12
+    np.testing.assert_allclose(found.mode["x"], mean, atol=1e-8)
+    monkeypatch.setattr(lm, "NEWTON_STEPS", 0)
+    stopped = laplace_metric(potential, z0, max_iterations=1)
+    assert not stopped.converged and stopped.decrement > lm.DECREMENT_TOLERANCE
+    assert np.abs(np.asarray(stopped.mode["x"]) - mean).max() > 1e-3
+
+
 def test_fixed_sites_are_conditioned_on():
     """The Gibbs sites held at given values: the metric is the posterior of ``x`` given them."""
     noise = np.array([0.3, 0.8, 1.5, 0.1])
