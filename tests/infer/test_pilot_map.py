@@ -156,3 +156,12 @@ def test_the_librarys_model_takes_the_pilot_map_too():
     assert mcmc.metric == "pilot" and {"phi", "theta", "n"} <= set(samples)
     np.testing.assert_allclose(np.asarray(samples["n"]).sum(-1), 1000.0, rtol=1e-9)
     assert mcmc.pilot_map.loc.size == samples["phi"].shape[-1]
+    assert mcmc.pilot.num_samples == 20  # no pilot longer than the run it serves
+
+
+def test_pilot_draws_follow_the_run_and_are_enough_for_the_fit():
+    from numpyro_dpgm.infer.bayes.nuts import PILOT_DRAWS, pilot_draws
+
+    assert pilot_draws(10 * PILOT_DRAWS) == PILOT_DRAWS
+    assert pilot_draws(PILOT_DRAWS // 2) == PILOT_DRAWS // 2
+    assert pilot_draws(1) == len(PROBABILITIES)

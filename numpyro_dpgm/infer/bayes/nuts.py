@@ -83,6 +83,7 @@ from .paths import (
 )
 from .pilot_map import (
     MAPPED_SITE,
+    PROBABILITIES,
     fit_sinh_arcsinh,
     linear_map,
     map_inverse,
@@ -92,7 +93,7 @@ from .warmup import bounded_warmup
 
 __all__ = ["DENSE_MAX_DIM", "NUTS_FIELDS", "NUTS_METRICS", "PILOT_DRAWS", "PILOT_SHARE",
            "WARMUP_SHARE", "WARMUP_SHARE_FIXED_METRIC", "WARMUP_STEPS",
-           "WARMUP_STEPS_FIXED_METRIC", "run_nuts", "user_collapse"]
+           "WARMUP_STEPS_FIXED_METRIC", "pilot_draws", "run_nuts", "user_collapse"]
 
 Array = Any
 
@@ -190,7 +191,7 @@ def run_nuts(
         (``radius=0``: at the mode); on Adult's 842-cell tree the posterior's correlations
         held NUTS with an adapted diagonal metric at step size 0.011 and ~670 leapfrog steps
         a draw. ``"pilot"`` (the default): a pilot run with the Laplace metric
-        (:data:`PILOT_DRAWS` draws per chain, at most :data:`PILOT_SHARE` of ``time_limit``),
+        (:func:`pilot_draws` per chain, at most :data:`PILOT_SHARE` of ``time_limit``),
         then NUTS through a sinh-arcsinh map of each of the approximation's whitened
         coordinates fitted to the pilot's quantiles (:mod:`~numpyro_dpgm.infer.bayes.pilot_map`):
         the release's own posterior bends the metric where its tails are not the
@@ -429,9 +430,10 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
     to ``share`` of the time left and the first draws cut to fit the rest, at the
     pace of warm-up's last steps (and after a compilation as long as warm-up's, where the
     draws need a program of their own). A kernel with ``program_data`` (runs that share one
-    compiled program, :class:`~.extend.ProgramData`) takes that way without a deadline too."""
+    compiled program, :class:`~.extend.ProgramData`) takes that way without a deadline too,
+    unless NumPyro's progress bar is asked for (which ``mcmc.run`` draws)."""
     mcmc.warmup_steps = (mcmc.num_warmup,) * mcmc.num_chains
-    shared = getattr(mcmc.sampler, "program_data", None) is not None
+    shared = getattr(mcmc.sampler, "program_data", None) is not None and not mcmc.progress_bar
     if (deadline is None and not shared) or mcmc.num_warmup == 0:
         mcmc.run(rng_key, *model_args, extra_fields=fields, init_params=init_params,
                  **model_kwargs)
@@ -574,14 +576,21 @@ NUTS_METRICS = ("pilot", "laplace", "adapt")
 #: quantiles the map of :mod:`.pilot_map` is fitted to.
 PILOT_DRAWS = 100
 
+def pilot_draws(num_samples: int) -> int:
+    """Draws per chain of the pilot run: :data:`PILOT_DRAWS`, or the run's own
+    ``num_samples`` where it asks fewer (a pilot longer than the run it serves costs more than
+    it can save), and at least as many as the map's fit has quantiles."""
+    return max(min(PILOT_DRAWS, int(num_samples)), len(PROBABILITIES))
+
+
 #: The share of the time left that the pilot run (its warm-up and draws) may use at most.
 PILOT_SHARE = 0.4
 
 
 def _run_mapped(model: Callable[..., Any], rng_key: Array, chosen: Any,
                 setting: dict[str, Any]) -> MCMC:
-    """``metric="pilot"``: a pilot run with the Laplace metric ``chosen`` (:data:`PILOT_DRAWS`
-    draws per chain, at most :data:`PILOT_SHARE` of the time left), then the collapsed path's
+    """``metric="pilot"``: a pilot run with the Laplace metric ``chosen`` (:func:`pilot_draws`
+    per chain, at most :data:`PILOT_SHARE` of the time left), then the collapsed path's
     kernel on the model under :class:`~.pilot_map.sinh_arcsinh_map` fitted to the pilot's
     draws, from each chain's last pilot state, NUTS on the map's standard normal coordinates
     (unit metric, the step size adapted in :data:`WARMUP_STEPS_FIXED_METRIC` steps).
@@ -615,7 +624,8 @@ def _run_mapped(model: Callable[..., Any], rng_key: Array, chosen: Any,
                       time.perf_counter() + PILOT_SHARE * (deadline - time.perf_counter()))
     began = time.perf_counter()
     pilot = _collapsed_run(mapped_model, k_pilot, laplace,
-                           **{**setting, "num_samples": PILOT_DRAWS, "deadline": pilot_deadline},
+                           **{**setting, "num_samples": pilot_draws(setting["num_samples"]),
+                              "deadline": pilot_deadline},
                            kernel=kernel)
     pilot.seconds, began = time.perf_counter() - began, time.perf_counter()
     grouped = pilot.get_samples(group_by_chain=True)
