@@ -25,7 +25,6 @@ from numpyro_dpgm.infer.bayes.pilot_map import (
     map_forward,
     map_inverse,
     sinh_arcsinh_map,
-    unconstrained_draws,
 )
 from numpyro_dpgm.network import MarkovNetwork
 
@@ -90,13 +89,6 @@ def test_mapped_potential_is_the_models_plus_the_maps_jacobian():
 def test_the_map_needs_as_many_coordinates_as_the_sites():
     with pytest.raises(ValueError, match="3 coordinates, the sites 4"):
         sinh_arcsinh_map(_model, _a_map(3), {"scale": jnp.zeros(()), "x": jnp.zeros(3)})
-
-
-def test_unconstrained_draws_follow_each_sites_support():
-    draws = {"scale": jnp.array([0.5, 2.0]), "x": jnp.array([[1.0, 2, 3], [4, 5, 6]])}
-    flat = unconstrained_draws(_model, (), {}, {}, draws)
-    np.testing.assert_allclose(flat[:, 0], np.log([0.5, 2.0]), atol=1e-12)
-    np.testing.assert_allclose(flat[:, 1:], draws["x"], atol=1e-12)
 
 
 NET = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])

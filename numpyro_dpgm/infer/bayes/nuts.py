@@ -576,6 +576,7 @@ NUTS_METRICS = ("pilot", "laplace", "adapt")
 #: quantiles the map of :mod:`.pilot_map` is fitted to.
 PILOT_DRAWS = 100
 
+
 def pilot_draws(num_samples: int) -> int:
     """Draws per chain of the pilot run: :data:`PILOT_DRAWS`, or the run's own
     ``num_samples`` where it asks fewer (a pilot longer than the run it serves costs more than

@@ -38,14 +38,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax.flatten_util import ravel_pytree
 from jax.scipy.linalg import solve_triangular
-from numpyro import handlers
 from numpyro.distributions import biject_to
 from numpyro.primitives import Messenger
 from scipy.optimize import least_squares
@@ -54,7 +52,7 @@ from scipy.stats import norm
 from .extend import ProgramData
 
 __all__ = ["MAPPED_SITE", "PROBABILITIES", "SinhArcsinh", "fit_sinh_arcsinh", "linear_map",
-           "map_forward", "map_inverse", "sinh_arcsinh_map", "unconstrained_draws"]
+           "map_forward", "map_inverse", "sinh_arcsinh_map"]
 
 Array = Any
 
@@ -220,19 +218,3 @@ class sinh_arcsinh_map(Messenger):
             if key not in ("type", "name", "value", "cond_indep_stack"):
                 del msg[key]
         msg["type"], msg["value"] = "deterministic", value
-
-
-def unconstrained_draws(model: Callable[..., Any], model_args: tuple, model_kwargs: dict,
-                        fixed: Mapping[str, Array], draws: Mapping[str, Array]) -> Array:
-    """The draws ``(S, …)`` of ``model``'s sites in ``draws``, mapped to NumPyro's
-    unconstrained space and flattened ``(S, D)`` in the order of ``ravel_pytree`` (one compiled
-    trace of the model, its other sites at ``fixed``)."""
-    conditioned = handlers.condition(model, data=dict(fixed))
-
-    def one(values: dict) -> Array:
-        seeded = handlers.seed(handlers.substitute(conditioned, data=values), 0)
-        tr = handlers.trace(seeded).get_trace(*model_args, **model_kwargs)
-        out = {k: biject_to(tr[k]["fn"].support).inv(v) for k, v in values.items()}
-        return ravel_pytree(out)[0]
-
-    return jax.jit(jax.vmap(one))(dict(draws))
