@@ -2,7 +2,7 @@
 # One entry point for a fresh machine: finds Python >= 3.12, builds .venv, installs the package
 # with the exact versions of requirements/lock.txt, then runs what was asked.
 #   bash scripts/dev.sh demo [args]   run the demo on the bundled Adult data
-#   bash scripts/dev.sh test [paths]  run the test suite and execute the notebooks (what CI runs)
+#   bash scripts/dev.sh test [paths]  run the test suite, notebooks included (what CI runs)
 #   bash scripts/dev.sh plain         build the wheel, install it without extras into a new venv
 #                                     (oldest Python >= 3.12 found), import every module, run a
 #                                     tiny fit and `dpgm release` -> `fit` -> `synth` (CI runs it)
@@ -107,7 +107,7 @@ cmd="${1:-help}"; shift || true
 case "$cmd" in
   demo)  ensure_venv dev; exec "$venv/bin/dpgm" demo "$@" ;;
   test)  ensure_venv dev
-         [ $# -eq 0 ] && set -- tests notebooks   # the suite and the executed notebooks
+         [ $# -eq 0 ] && set -- tests   # the suite (tests/test_notebooks.py runs the notebooks)
          # one persistent compilation cache for the workers, notebook kernels and subprocesses of
          # a run (JAX's own variables win): a program compiled by one process is loaded by the
          # next; a clean clone starts it empty (tests/estimation: 251 s cold, 213 s with it)
@@ -121,7 +121,7 @@ case "$cmd" in
          # --durations: where CI's time goes, printed at the end of every run
          # --dist worksteal: a worker that runs out of tests takes the other's queued ones
          exec "$venv/bin/python" -m pytest -n "${DPGM_TEST_WORKERS:-2}" --dist worksteal \
-           --nbmake --durations=25 --durations-min=5 "$@" ;;
+           --durations=25 --durations-min=5 "$@" ;;
   bench) ensure_venv dev,bench; exec "$venv/bin/python" -m benchmarks "$@" ;;
   docs)  ensure_venv dev; exec "$venv/bin/mkdocs" build --strict --site-dir site "$@" ;;
   lint)  ensure_venv dev; exec "$venv/bin/ruff" check numpyro_dpgm studies tests benchmarks scripts ;;

@@ -23,7 +23,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-DEV_ONLY = ("pytest", "mbi", "pyspark", "statsmodels", "mkdocs", "hypothesis", "nbmake")
+DEV_ONLY = ("pytest", "mbi", "pyspark", "statsmodels", "mkdocs", "hypothesis", "nbclient")
 
 
 def check_environment() -> None:
