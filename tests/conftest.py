@@ -42,3 +42,55 @@ def keep_programs(monkeypatch):
     from numpyro_dpgm import _jit
 
     monkeypatch.setattr(_jit, "MAX_PROGRAMS", 10**9)
+
+
+# --- where the suite's time goes: JAX's compile-time events, summed per worker and printed ---
+_JAX_TIME = {"trace": 0.0, "lower": 0.0, "compile": 0.0, "cache_load": 0.0}
+_JAX_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+               "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+               "/jax/core/compile/backend_compile_duration": "compile",
+               "/jax/compilation_cache/cache_retrieval_time_sec": "cache_load"}
+_JAX_COUNT = {"programs": 0, "cache_hits": 0}
+
+
+def _on_duration(event: str, duration: float, **_: object) -> None:
+    key = _JAX_EVENTS.get(event)
+    if key is not None:
+        _JAX_TIME[key] += duration
+        if key == "compile":
+            _JAX_COUNT["programs"] += 1
+
+
+def _on_event(event: str, **_: object) -> None:
+    if event == "/jax/compilation_cache/cache_hits":
+        _JAX_COUNT["cache_hits"] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_duration)
+jax.monitoring.register_event_listener(_on_event)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: hand the sums to the controller
+        workeroutput["jax_time"] = dict(_JAX_TIME, **_JAX_COUNT)
+
+
+def pytest_testnodedown(node: object, error: object) -> None:
+    sums = getattr(node, "workeroutput", {}).get("jax_time")
+    if sums:
+        for key in _JAX_TIME:
+            _JAX_TIME[key] += sums[key]
+        for key in _JAX_COUNT:
+            _JAX_COUNT[key] += sums[key]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    t = _JAX_TIME
+    terminalreporter.write_sep("-", "JAX's compilation in this process and its workers")
+    terminalreporter.write_line(
+        f"tracing {t['trace']:.0f} s, lowering {t['lower']:.0f} s, XLA compiling "
+        f"{t['compile']:.0f} s ({_JAX_COUNT['programs']} programs, "
+        f"{_JAX_COUNT['cache_hits']} of them loaded from the persistent cache in "
+        f"{t['cache_load']:.0f} s); the notebooks' kernels and other child processes not "
+        "counted")

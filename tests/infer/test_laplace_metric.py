@@ -132,43 +132,32 @@ def test_starts_are_draws_of_the_normal_approximation():
     assert laplace_starts(found, jax.random.key(1), 1)["x"].shape == (3,)
 
 
-def test_run_nuts_says_which_metric():
+def test_run_nuts_says_which_metric_and_warms_up_by_it():
     """The collapsed path takes the pilot map by default (its pilot run the Laplace metric),
     the Laplace metric or NumPyro's adaptation when asked; the metric is refused on the paths
-    that have none."""
+    that have none. Warm-up that adapts only the step size (the Laplace metric, the pilot map)
+    takes fewer steps by default than NumPyro's windowed adaptation of the mass matrix; a given
+    ``num_warmup`` is kept."""
     net = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])
     y = np.array([150.0, 170, 180, 160, 170, 170])
     ms = [Measurement(("a", "b"), y, Laplace(2.0))]
     model = noisy_marginals_model(net, ms, 1000)
-    options = dict(collapsed=True, num_warmup=10, num_samples=10, num_chains=1, check=False)
+    options = dict(collapsed=True, num_samples=10, num_chains=1, check=False)
     began = time.perf_counter()
     mcmc = run_nuts(model, jax.random.key(0), **options)
     assert mcmc.metric == "pilot" and mcmc.pilot.metric == "laplace"
     assert mcmc.pilot.laplace is mcmc.laplace
+    assert mcmc.num_warmup == WARMUP_STEPS_FIXED_METRIC
     mcmc = run_nuts(model, jax.random.key(0), metric="laplace", **options)
     assert mcmc.metric == "laplace" and mcmc.laplace.converged
+    assert mcmc.num_warmup == WARMUP_STEPS_FIXED_METRIC
     assert 0 < mcmc.laplace.seconds < time.perf_counter() - began  # set-up counted, once
     used = mcmc.last_state.adapt_state.inverse_mass_matrix  # kept through warm-up
     np.testing.assert_allclose(next(iter(used.values())), mcmc.laplace.inverse_mass_matrix)
     mcmc = run_nuts(model, jax.random.key(0), metric="adapt", **options)
     assert mcmc.metric == "adapt" and mcmc.laplace is None
+    assert mcmc.num_warmup == WARMUP_STEPS > WARMUP_STEPS_FIXED_METRIC
+    assert run_nuts(model, jax.random.key(0), num_warmup=7, **options).num_warmup == 7
     with pytest.raises(ValueError, match="the collapsed path's"):
         run_nuts(model, jax.random.key(0), exact=True, collapsed=False, metric="laplace",
                  num_warmup=1, num_samples=1, num_chains=1)
-
-
-
-def test_warm_up_defaults_follow_the_metric():
-    """Warm-up that adapts only the step size (the Laplace metric, the pilot map) takes fewer
-    steps by default than NumPyro's windowed adaptation of the mass matrix; a given
-    ``num_warmup`` is kept."""
-    net = MarkovNetwork({"a": 2, "b": 3}, [("a", "b")])
-    y = np.array([150.0, 170, 180, 160, 170, 170])
-    model = noisy_marginals_model(net, [Measurement(("a", "b"), y, Laplace(2.0))], 1000)
-    options = dict(collapsed=True, num_samples=2, num_chains=1, check=False)
-    assert run_nuts(model, jax.random.key(0), **options).num_warmup == WARMUP_STEPS_FIXED_METRIC
-    assert (run_nuts(model, jax.random.key(0), metric="laplace", **options).num_warmup
-            == WARMUP_STEPS_FIXED_METRIC)
-    assert (run_nuts(model, jax.random.key(0), metric="adapt", **options).num_warmup
-            == WARMUP_STEPS > WARMUP_STEPS_FIXED_METRIC)
-    assert run_nuts(model, jax.random.key(0), num_warmup=7, **options).num_warmup == 7
