@@ -6,6 +6,7 @@
 #   bash scripts/dev.sh plain         build the wheel, install it without extras into a new venv
 #                                     (oldest Python >= 3.12 found), import every module, run a
 #                                     tiny fit and `dpgm release` -> `fit` -> `synth` (CI runs it)
+#   bash scripts/dev.sh setup         build .venv only (what `test` would build first)
 #   bash scripts/dev.sh bench [args]  run the benchmarks (installs the peer, mbi)
 #   bash scripts/dev.sh docs [args]   build the documentation site into site/ (mkdocs --strict)
 #   bash scripts/dev.sh lint          ruff
@@ -125,7 +126,8 @@ case "$cmd" in
   bench) ensure_venv dev,bench; exec "$venv/bin/python" -m benchmarks "$@" ;;
   docs)  ensure_venv dev; exec "$venv/bin/mkdocs" build --strict --site-dir site "$@" ;;
   lint)  ensure_venv dev; exec "$venv/bin/ruff" check numpyro_dpgm studies tests benchmarks scripts ;;
+  setup) ensure_venv dev ;;
   plain) plain_check ;;
   lock)  refresh_lock ;;
-  *) sed -n '2,15p' "$0"; exit 1 ;;
+  *) sed -n '2,14p' "$0"; exit 1 ;;
 esac
