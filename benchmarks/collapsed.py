@@ -112,14 +112,14 @@ def gradient_ms(model: Any, repeats: int = 30) -> dict[str, Any]:
 
     y, v = jnp.asarray(model.y), 2.0 * jnp.asarray(model.noise_scales) ** 2
     site = collapse_plan(model.with_cgm(False), (), {"y": model.y}).sites[0]
-    total, fns = site.total, site.functions
+    total, passes = site.total, site.functions
 
     def conditionals(phi: Any) -> Any:
         theta = model.latent_theta(model.coding.to_theta(phi))
-        return fns.conditionals(theta, model.normalized)
+        return passes.conditionals(theta, model.normalized)
 
     def release(phi: Any) -> Any:
-        return TreeReleaseNormal(site.tree, conditionals(phi), total, v, functions=fns.tree)
+        return TreeReleaseNormal(site.tree, conditionals(phi), total, v, functions=passes.tree)
 
     def tree(phi: Any) -> Any:
         return release(phi).log_prob(y)
