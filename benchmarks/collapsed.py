@@ -248,6 +248,14 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
         ("pilot_s", getattr(pilot, "seconds", None)), ("map_s", getattr(mcmc, "map_seconds", None)),
         ("warmup_s", getattr(mcmc, "warmup_seconds", None)),
         ("draws_s", getattr(mcmc, "draws_seconds", None))) if v is not None})
+    if pilot is not None:  # the pilot run's own phases and adapted step size
+        pilot_extra = pilot.get_extra_fields(group_by_chain=True)
+        row.update(pilot_warmup_steps=list(getattr(pilot, "warmup_steps", ())),
+                   pilot_warmup_s=getattr(pilot, "warmup_seconds", None),
+                   pilot_draws_s=getattr(pilot, "draws_seconds", None),
+                   pilot_draws=int(np.asarray(pilot_extra["num_steps"]).shape[1]),
+                   pilot_steps_per_draw=float(np.mean(pilot_extra["num_steps"])),
+                   pilot_step_size=float(np.mean(pilot_extra["adapt_state.step_size"])))
     if mcmc.laplace is not None:
         row.update(laplace_s=mcmc.laplace.seconds, laplace_iterations=mcmc.laplace.iterations,
                    laplace_converged=mcmc.laplace.converged)

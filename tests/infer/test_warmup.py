@@ -57,21 +57,30 @@ def test_a_deadline_stops_warmup_and_keeps_the_adapted_state():
     assert mcmc.get_samples()["mu"].shape == (20,)
 
 
-def test_a_cut_warmup_keeps_the_averaged_step_size():
+def test_a_cut_warmup_keeps_the_averaged_step_size_and_stops_adapting():
     """Cut after 40 of 500 steps, a chain keeps ``exp(x̄)``, the dual-averaging mean that
-    NumPyro itself keeps at a window's end, not the last iterate ``exp(x_t)``; the rest of
-    the state is unchanged."""
+    NumPyro itself keeps at a window's end, not the last iterate ``exp(x_t)``; its position is
+    unchanged, and the steps after it are draws of one kernel: the step size and mass matrix
+    stay as they are (NumPyro's kernel adapts while its step counter is below the warm-up
+    length; the counter is moved to its end)."""
     kernel = NUTS(model)
     state = kernel.init(jax.random.key(5), 500, None, (Y,), {})
     for _ in range(40):
         state = kernel.sample(state, (Y,), {})
     ss = state.adapt_state.ss_state
     assert not np.isclose(float(jnp.exp(ss[1])), float(state.adapt_state.step_size))
-    settled = _settled(state)
+    settled = _settled(state, 500)
     np.testing.assert_allclose(settled.adapt_state.step_size, np.exp(ss[1]), rtol=1e-14)
     np.testing.assert_array_equal(settled.z["mu"], state.z["mu"])
-    np.testing.assert_array_equal(settled.adapt_state.inverse_mass_matrix[("mu", "sigma")],
-                                  state.adapt_state.inverse_mass_matrix[("mu", "sigma")])
+    mass = settled.adapt_state.inverse_mass_matrix[("mu", "sigma")]
+    np.testing.assert_array_equal(mass, state.adapt_state.inverse_mass_matrix[("mu", "sigma")])
+    drawn, unsettled = settled, state
+    for _ in range(30):
+        drawn, unsettled = kernel.sample(drawn, (Y,), {}), kernel.sample(unsettled, (Y,), {})
+        assert float(drawn.adapt_state.step_size) == float(settled.adapt_state.step_size)
+    np.testing.assert_array_equal(drawn.adapt_state.inverse_mass_matrix[("mu", "sigma")], mass)
+    # without the counter moved the kernel would have gone on adapting
+    assert float(unsettled.adapt_state.step_size) != float(state.adapt_state.step_size)
 
 
 def test_run_nuts_time_limit_bounds_warmup_and_says_so():
@@ -80,3 +89,5 @@ def test_run_nuts_time_limit_bounds_warmup_and_says_so():
                         num_chains=1, time_limit=2.0, check=False)
     assert mcmc.warmup_steps[0] < 100_000
     assert mcmc.get_samples()["mu"].shape[0] >= MIN_FIRST_DRAWS
+    # the draws after the cut are draws of one kernel: one step size throughout
+    assert np.unique(np.asarray(mcmc.get_extra_fields()["adapt_state.step_size"])).size == 1

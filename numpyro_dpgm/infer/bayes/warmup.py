@@ -144,7 +144,7 @@ def bounded_warmup(
             steps += n
             if callback is not None:
                 callback(c, steps, total, deadline - time.perf_counter())
-        states.append(state if steps == total else _settled(state))
+        states.append(state if steps == total else _settled(state, total))
         done.append(steps)
     mcmc.post_warmup_state = (states[0] if chains == 1
                               else jax.tree.map(lambda *xs: jnp.stack(xs), *states))
@@ -169,12 +169,19 @@ def _with_nuts_state(state: Any, nuts: Any) -> Any:
     return state._replace(block_states=blocks[:-1] + (_with_nuts_state(blocks[-1], nuts),))
 
 
-def _settled(state: Any) -> Any:
-    """A cut warm-up's state with NUTS's step size at its dual-averaging mean."""
+def _settled(state: Any, num_warmup: int) -> Any:
+    """A cut warm-up's state, ready to draw: NUTS's step size at its dual-averaging mean, and
+    its step counter at ``num_warmup``, the end of warm-up.
+
+    NumPyro's kernel adapts while its counter is below the warm-up length it was initialised
+    with, whatever ``MCMC`` calls the steps: without the counter moved, the draws after a cut
+    would go on adapting the step size (and, with an adapted metric, the mass matrix) until
+    ``num_warmup`` steps in all, and would not be draws of one Markov chain."""
     nuts = _nuts_state(state)
     if nuts is None or nuts.adapt_state is None:
         return state
     adapt = nuts.adapt_state
     averaged = jnp.exp(adapt.ss_state[1])  # DAState: (x, x_avg, g_avg, t, prox_center)
     size = jnp.where(adapt.ss_state[3] > 0, averaged, adapt.step_size)
-    return _with_nuts_state(state, nuts._replace(adapt_state=adapt._replace(step_size=size)))
+    return _with_nuts_state(state, nuts._replace(
+        i=jnp.full_like(nuts.i, num_warmup), adapt_state=adapt._replace(step_size=size)))
