@@ -65,8 +65,9 @@ def test_a_cut_warmup_keeps_the_averaged_step_size_and_stops_adapting():
     length; the counter is moved to its end)."""
     kernel = NUTS(model)
     state = kernel.init(jax.random.key(5), 500, None, (Y,), {})
+    step = jax.jit(lambda s: kernel.sample(s, (Y,), {}))  # one program for every step below
     for _ in range(40):
-        state = kernel.sample(state, (Y,), {})
+        state = step(state)
     ss = state.adapt_state.ss_state
     assert not np.isclose(float(jnp.exp(ss[1])), float(state.adapt_state.step_size))
     settled = _settled(state, 500)
@@ -76,7 +77,7 @@ def test_a_cut_warmup_keeps_the_averaged_step_size_and_stops_adapting():
     np.testing.assert_array_equal(mass, state.adapt_state.inverse_mass_matrix[("mu", "sigma")])
     drawn, unsettled = settled, state
     for _ in range(30):
-        drawn, unsettled = kernel.sample(drawn, (Y,), {}), kernel.sample(unsettled, (Y,), {})
+        drawn, unsettled = step(drawn), step(unsettled)
         assert float(drawn.adapt_state.step_size) == float(settled.adapt_state.step_size)
     np.testing.assert_array_equal(drawn.adapt_state.inverse_mass_matrix[("mu", "sigma")], mass)
     # without the counter moved the kernel would have gone on adapting
