@@ -51,12 +51,11 @@ from .contract import (
     check_max_iters,
     estimator,
     resolve_init,
-    resolve_network,
-    resolve_total,
+    resolve_release,
 )
 from .em_risk import resolve_stop, risk_path, start_scales
 from .losses import MeasurementEvidence, check_measurements
-from .naive import naive_mle
+from .naive import naive_fit
 
 __all__ = ["CGMEMWarning", "cgm_em", "START_ITERS", "em_start"]
 
@@ -297,9 +296,9 @@ def cgm_em(
         stalled at its start; the message names the remedy.
     """
     began = time.perf_counter()
-    network, measurements = resolve_network(network_or_domain, measurements)
-    measurements = check_measurements(measurements, network.domain)
-    total, estimated = resolve_total(total_count, measurements)
+    release = resolve_release(measurements, network_or_domain, total_count)
+    network, total, estimated = release.network, release.total, release.total_estimated
+    measurements = check_measurements(release.measurements, network.domain)
     if inner_iters < 1:
         raise ValueError(f"inner_iters must be >= 1, got {inner_iters}")
     max_halvings = check_halvings(max_halvings)
@@ -322,17 +321,17 @@ def cgm_em(
     def start_at(scale: float | None) -> Callable[[Sequence[Measurement]], Array]:
         own: list[Array] = []  # the release's own fit, which warm-starts the perturbed ones
 
-        def start_of(release: Sequence[Measurement]) -> Array:
+        def start_of(answers: Sequence[Measurement]) -> Array:
             if how != "naive":
                 return jnp.asarray(init) if how == "given" else jnp.zeros(network.num_params)
-            if release is measurements and own:
+            if answers is measurements and own:
                 return own[0]
             # a start: the whole noisy tables there are, other cliques held at zero
-            theta = jnp.asarray(naive_mle(release, network, total_count=total, l2=naive_l2,
-                                          l2_scale=scale, init=own[0] if own else None,
-                                          unmeasured="zero", non_identity="ignore")
-                                .model.theta)
-            if release is measurements:
+            theta = jnp.asarray(naive_fit(release._replace(measurements=list(answers)),
+                                          l2=naive_l2, l2_scale=scale,
+                                          init=own[0] if own else None, unmeasured="zero",
+                                          non_identity="ignore").model.theta)
+            if answers is measurements:
                 own.append(theta)
             return theta
         return start_of

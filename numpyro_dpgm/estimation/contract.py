@@ -23,17 +23,18 @@ Every estimator from noisy measurements has the signature
 - ``callback``: ``callback(iteration, loss)`` during the main loop (each estimator says when);
 - every other setting is keyword-only.
 
-:func:`estimator` registers a function under its command-line name in :data:`ESTIMATORS`
-and warns about cliques with more cells than records.
+:func:`estimator` registers a function under its command-line name in :data:`ESTIMATORS`.
+An estimator resolves its first three arguments once, with :func:`resolve_release`, which also
+warns about cliques with more cells than records; what it calls inside takes the resolved
+:class:`Release`, not the contract's arguments again.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -47,6 +48,7 @@ from ..privacy.guarantees import ZCDP, ApproxDP, PureDP
 
 __all__ = [
     "ESTIMATORS",
+    "Release",
     "UnknownAttributeError",
     "approx_budget",
     "check_attributes",
@@ -54,9 +56,11 @@ __all__ = [
     "network_from_measurements",
     "resolve_init",
     "resolve_network",
+    "resolve_release",
     "resolve_total",
     "stochastic_key",
     "check_max_iters",
+    "warn_sparse_cliques",
 ]
 
 #: The estimators from measurements, by their command-line name (``dpgm fit --method``).
@@ -64,37 +68,67 @@ ESTIMATORS: dict[str, Callable[..., Any]] = {}
 
 def estimator(name: str) -> Callable[[Callable], Callable]:
     """Register an estimator under ``name`` in :data:`ESTIMATORS` (as ``dpgm fit --method``
-    spells it); a call first warns about each clique of the model with more cells than
-    records (:func:`_sparse_tables_warned`)."""
+    spells it); the function itself is returned unchanged."""
 
-    def decorate(fn: Callable) -> Callable:
-        wrapper = _sparse_tables_warned(fn)
-        ESTIMATORS[name] = wrapper
-        return wrapper
+    def register(fn: Callable) -> Callable:
+        ESTIMATORS[name] = fn
+        return fn
 
-    return decorate
+    return register
 
 
-def _sparse_tables_warned(fn: Callable) -> Callable:
-    """``fn`` that first warns (:class:`~numpyro_dpgm._warnings.SparseTableWarning`) about each
-    clique of the model with more cells than the records ``N`` (given, or estimated from the
-    measurements): its cells are mostly empty and the fit there is mostly noise."""
+class Release(NamedTuple):
+    """An estimator's inputs, resolved once (:func:`resolve_release`).
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        measurements = args[0] if args else kwargs.get("measurements")
-        target = args[1] if len(args) > 1 else kwargs.get("network_or_domain")
-        try:
-            network, checked = resolve_network(target, measurements)
-            total, _ = resolve_total(kwargs.get("total_count"), checked)
-        except (TypeError, ValueError, KeyError):
-            pass  # bad input: the estimator says what is wrong
-        else:
-            warn_sparse_tables({c: network.domain.size(c) for c in network.cliques}, total,
-                               "the model's clique")
-        return fn(*args, **kwargs)
+    Attributes
+    ----------
+    measurements : list of Measurement
+        The measurements, as a list.
+    network : MarkovNetwork
+        The model's network: the one given, or the maximal measured cliques of a domain.
+    total : float
+        ``N``: ``total_count`` checked, or estimated from the measurements.
+    total_estimated : bool
+        Whether ``total`` was estimated (``Result.extras["total_count_estimated"]``).
+    """
 
-    return wrapper
+    measurements: list
+    network: MarkovNetwork
+    total: float
+    total_estimated: bool
+
+    def integer_total(self) -> Release:
+        """This release with an estimated ``N`` rounded to a whole number of records (at least
+        one), as the latent count tables of a collective graphical model need; a given ``N``
+        is kept as it is."""
+        if not self.total_estimated:
+            return self
+        return self._replace(total=float(max(1, round(self.total))))
+
+
+def resolve_release(measurements: Any, network_or_domain: Any,
+                    total_count: Any) -> Release:
+    """The contract's first three arguments resolved: :func:`resolve_network`, then
+    :func:`resolve_total`, then :func:`warn_sparse_cliques`.
+
+    >>> from numpyro_dpgm import Laplace, Measurement
+    >>> m = Measurement(("a",), [30.0, 10.0], Laplace(1.0))
+    >>> release = resolve_release([m], {"a": 2}, None)
+    >>> release.network.cliques, release.total, release.total_estimated
+    ((('a',),), 40.0, True)
+    """
+    network, measurements = resolve_network(network_or_domain, measurements)
+    total, estimated = resolve_total(total_count, measurements)
+    warn_sparse_cliques(network, total)
+    return Release(measurements, network, total, estimated)
+
+
+def warn_sparse_cliques(network: MarkovNetwork, total: float) -> None:
+    """A :class:`~numpyro_dpgm._warnings.SparseTableWarning` for each clique of ``network``
+    with more cells than the ``total`` records: its cells are mostly empty and the fit there is
+    mostly noise."""
+    warn_sparse_tables({c: network.domain.size(c) for c in network.cliques}, total,
+                       "the model's clique")
 
 
 def network_from_measurements(

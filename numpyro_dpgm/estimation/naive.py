@@ -49,11 +49,11 @@ from ..oracles.mle import (
 from ..oracles.triangulation import DEFAULT_METHOD
 from ..tables import CliqueTables, project_table
 from .contract import (
+    Release,
     check_max_iters,
     estimator,
     resolve_init,
-    resolve_network,
-    resolve_total,
+    resolve_release,
 )
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "default_l2",
     "vanishing_floor",
     "fit_mle",
+    "naive_fit",
     "naive_mle",
     "naive_theta",
     "project_tables",
@@ -360,17 +361,38 @@ def naive_mle(
         clique is not in the network, non-identity queries (by default), unmeasured cliques
         (by default), ``total_count ≤ 0``, a negative ``l2``, or unknown option values.
     """
+    return naive_fit(resolve_release(measurements, network_or_domain, total_count),
+                     init=init, max_iters=max_iters, callback=callback, l2=l2,
+                     l2_floor=l2_floor, l2_scale=l2_scale, unmeasured=unmeasured,
+                     non_identity=non_identity, tol=tol, memory_size=memory_size,
+                     method=method)
+
+
+def naive_fit(
+    release: Release,
+    *,
+    init: Any = None,
+    max_iters: int = 10_000,
+    callback: Callable[[int, float], None] | None = None,
+    l2: float | None = None,
+    l2_floor: float | None = None,
+    l2_scale: float = 1.0,
+    unmeasured: str = "error",
+    non_identity: str = "error",
+    tol: float = 1e-8,
+    memory_size: int = 10,
+    method: str = DEFAULT_METHOD,
+) -> Result:
+    """:func:`naive_mle` of a resolved :class:`~numpyro_dpgm.estimation.contract.Release`
+    (the other estimators start from it without resolving their inputs again); the options
+    and the result are :func:`naive_mle`'s."""
     start = time.perf_counter()
     if unmeasured not in ("error", "zero"):
         raise ValueError(f"unmeasured must be 'error' or 'zero', got {unmeasured!r}")
     if non_identity not in ("error", "ignore"):
         raise ValueError(f"non_identity must be 'error' or 'ignore', got {non_identity!r}")
-    if isinstance(measurements, Measurement):
-        measurements = [measurements]
-    measurements = list(measurements)
-    if not measurements:
-        raise ValueError("naive_mle needs at least one measurement")
-    network, measurements = resolve_network(network_or_domain, measurements)
+    measurements, network = release.measurements, release.network
+    n_total, estimated = release.total, release.total_estimated
     max_iters = check_max_iters(max_iters)
     theta_init = resolve_init(init, network)
     if l2 is not None:
@@ -387,9 +409,6 @@ def naive_mle(
             f"network clique(s) {list(missing)} have no measurement. Measure them, drop them "
             "from the network, or pass unmeasured='zero' to hold their log-potentials at zero"
         )
-
-    n_total, estimated = resolve_total(
-        total_count, [m for k, m in enumerate(measurements) if k not in ignored])
 
     fit_net = network if not missing else MarkovNetwork(
         network.domain, [c for c in network.cliques if c in combined])

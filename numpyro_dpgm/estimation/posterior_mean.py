@@ -41,8 +41,7 @@ from .contract import (
     check_max_iters,
     estimator,
     resolve_init,
-    resolve_network,
-    resolve_total,
+    resolve_release,
     stochastic_key,
 )
 from .naive import fit_mle
@@ -130,10 +129,9 @@ def posterior_mean(
         NUTS adds ``divergences``.
     """
     start = time.perf_counter()
-    network, measurements = resolve_network(network_or_domain, measurements)
-    total_count, estimated = resolve_total(total_count, measurements)
-    if estimated:  # the latent counts sum to an integer N
-        total_count = float(max(1, round(total_count)))
+    release = resolve_release(measurements, network_or_domain, total_count).integer_total()
+    network, measurements = release.network, release.measurements
+    total_count, estimated = release.total, release.total_estimated
     if method not in ("svi", "nuts"):
         raise ValueError(f"method must be 'svi' or 'nuts', got {method!r}")
     steps = check_max_iters((2000 if method == "svi" else 500) if max_iters is None

@@ -92,6 +92,7 @@ from .contract import (
     network_from_measurements,
     resolve_init,
     resolve_total,
+    warn_sparse_cliques,
 )
 from .losses import (
     build_terms,
@@ -494,6 +495,7 @@ def prox_pgm(
 
     # -- total -------------------------------------------------------------------------------
     total, estimated = resolve_total(total_count, measurements)
+    warn_sparse_cliques(network, total)
 
     # -- loss, oracle, start point -----------------------------------------------------------
     kind = "auto" if custom is not None else loss

@@ -51,15 +51,15 @@ from ..infer.result import Result, total_extras
 from ..measurements import Measurement
 from ..network import MarkovNetwork
 from .contract import (
+    Release,
     check_max_iters,
     estimator,
     resolve_init,
-    resolve_network,
-    resolve_total,
+    resolve_release,
     stochastic_key,
 )
 from .losses import measurement_nll
-from .naive import naive_mle
+from .naive import naive_fit
 
 __all__ = [
     "initial_theta",
@@ -151,13 +151,13 @@ def model_arguments(model: Callable[..., None]) -> tuple[Array, Array, Array]:
 # ------------------------------------------------------------------------------------------------
 # the estimator
 # ------------------------------------------------------------------------------------------------
-def initial_theta(measurements: Sequence[Measurement], network: MarkovNetwork,
-                  total_count: float, init: Any) -> tuple[Array, str]:
+def initial_theta(release: Release, init: Any) -> tuple[Array, str]:
     """``θ₀`` for EM: ``None``/``"naive"`` (naive MLE, default L2 rule), ``"zeros"``, or a
-    warm start (a :class:`MarkovRandomField` over ``network`` or log-potentials)."""
+    warm start (a :class:`MarkovRandomField` over the release's network or log-potentials)."""
+    network = release.network
     init = resolve_init(init, network, named=("naive", "zeros"))
     if init is None or init == "naive":
-        return naive_mle(measurements, network, total_count=total_count).model.theta, "naive"
+        return naive_fit(release).model.theta, "naive"
     if isinstance(init, str):
         return jnp.zeros(network.num_params), "zeros"
     return init, "given"
@@ -171,13 +171,12 @@ def run_em_estimator(
     """Shared body of :func:`variational_em` and :func:`~numpyro_dpgm.estimation.mcem.mcem`."""
     start = time.perf_counter()
     name = {"variational": "variational_em", "mcmc": "mcem", "exact": "mcem"}[estep]
-    network, measurements = resolve_network(network_or_domain, measurements)
-    total, estimated = resolve_total(total_count, measurements)
-    if estimated:  # the latent counts sum to an integer N
-        total = float(max(1, round(total)))
+    release = resolve_release(measurements, network_or_domain, total_count).integer_total()
+    network, measurements = release.network, release.measurements
+    total, estimated = release.total, release.total_estimated
     max_iters = check_max_iters(max_iters)
     key = stochastic_key(rng_key, name)
-    theta0, how = initial_theta(measurements, network, total, init)
+    theta0, how = initial_theta(release, init)
     model = latent_counts_model(network, measurements, total, relaxed=estep != "exact")
     readout = model.readout  # type: ignore[attr-defined]
     leak = (None if estep == "exact" else  # no relaxation to leak
