@@ -34,6 +34,9 @@ EXECUTED = [
     "howto/private-pgm.md",
     "howto/private-mrf.md",
     "privacy.md",
+    "em_variants.md",
+    "mechanisms.md",
+    "synthetic_data.md",
 ]
 
 FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```\s*$", re.S | re.M)
