@@ -206,7 +206,9 @@ def cgm_em(
         without such a table held at zero); uniform where the release has no whole table.
     init_l2_scale : float or sequence of floats, optional
         Multiplies the naive rule's λ for the naive start (default 1: the naive estimator's own fit,
-        which EM then refines). A sequence gives candidate starts for ``max_iters="risk"``, which
+        which EM then refines; with ``max_iters="risk"``, the candidates of
+        :data:`~numpyro_dpgm.estimation.em_risk.RISK_STARTS` for ``target``: 1 and 4 for the
+        population). A sequence gives candidate starts for ``max_iters="risk"``, which
         searches the path of each and keeps the least estimated risk
         (:mod:`~numpyro_dpgm.estimation.em_risk`). Measured, for ten iterations, by ``python -m
         benchmarks cgm_defaults`` (``benchmarks/results/cgm_defaults-cpu.json``, 3 releases per row,
@@ -235,8 +237,9 @@ def cgm_em(
     target : {"sample", "population"}
         With ``max_iters="risk"``, the estimand whose risk is estimated: the records' own
         tables (default; what the release describes and synthetic data is judged against), or
-        the tables of the model that drew the records (seed 002's KL to the truth, where the
-        counts' sampling variance is part of the error).
+        the model that drew the records (seed 002's KL to the truth, where the counts'
+        sampling variance is part of the error; where every clique is released whole, the
+        risk estimated is that KL itself).
     callback : callable ``(iteration, loss) -> None``, optional
         Called after every EM iteration ``t = 1, 2, ...`` with the loss of ``θ_t`` (the entry
         ``loss_trace[t]``). With a callback the compiled loop runs one iteration per call (the
@@ -316,7 +319,7 @@ def cgm_em(
         how = "zeros"  # no whole noisy table to start from
     stop, max_em_iters = resolve_stop(max_iters, m_step_method, target)
     max_em_iters = check_max_iters(max_em_iters)
-    scales = start_scales(init_l2_scale, stop) if how == "naive" else (None,)
+    scales = start_scales(init_l2_scale, stop, target) if how == "naive" else (None,)
 
     def start_at(scale: float | None) -> Callable[[Sequence[Measurement]], Array]:
         own: list[Array] = []  # the release's own fit, which warm-starts the perturbed ones
