@@ -276,7 +276,7 @@ def em_loop(network: MarkovNetwork, evidence: Callable, data: Any, carry: EMCarr
         carry, recs = em_block(network, evidence, schedule, data, total, carry,
                                jnp.asarray(limit, jnp.int32), *opts)
         done, stop = int(carry.steps), int(carry.stop)
-        chunks.append(jax.tree.map(lambda a, new=done - k: np.asarray(a[:new]), recs))
+        chunks.append(jax.tree.map(lambda a, new=done - k: np.asarray(a)[:new], recs))
         # an E-step that returned its converged start confirms a fixed point: an iteration too
         fixed = stop == _CONVERGED and done > k and not bool(chunks[-1].moved[-1])
         if callback is not None and (int(carry.moves) > moves or fixed):

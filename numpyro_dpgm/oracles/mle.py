@@ -280,7 +280,7 @@ def fit_theta(
     return MLEFit(
         theta=state.theta if tie is None else state.theta[tie],
         free_params=None if tie is None else state.theta,
-        loss_trace=np.asarray(state.trace[: iters + 1]),
+        loss_trace=np.asarray(state.trace)[: iters + 1],  # on the host: no program per length
         iterations=iters,
         converged=grad_norm <= tol,
         grad_norm=grad_norm,

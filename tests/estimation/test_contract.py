@@ -329,3 +329,28 @@ def test_measurement_nll_compiles_once_per_structure() -> None:
         for r in [np.full(np.size(d.values), 2 * N / NET.domain.size(t.clique))
                   - np.asarray(d.values)])
     assert value == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_refit_with_another_iteration_count_lowers_no_program(keep_programs) -> None:
+    """The fits' traces are cut to their length on the host: a refit of a known structure
+    whose iteration count differs lowers no new XLA program (a slice of a device array would
+    be one program per length)."""
+    from numpyro_dpgm.estimation import cgm_em, naive_mle
+
+    lowered: list[str] = []
+
+    def count(event: str, duration: float, **_: object) -> None:
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            lowered.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(count)
+    try:
+        first = [naive_mle(MS, NET, total_count=N), cgm_em(MS, NET, total_count=N, max_iters=3)]
+        shifted = [Measurement(m.clique, np.asarray(m.values)[::-1] * 1.5, m.noise) for m in MS]
+        lowered.clear()
+        second = [naive_mle(shifted, NET, total_count=N),
+                  cgm_em(shifted, NET, total_count=N, max_iters=2)]
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
+    assert [f.iterations for f in first] != [f.iterations for f in second]
+    assert lowered == []
