@@ -354,10 +354,11 @@ def risk_path(
     datas = [data] + [MeasurementEvidence.build(network, r)[1] for r in releases[1:]]
 
     layout = _kl_layout(network, measurements, v) if target == "population" else None
-    # Stein's factor of each value for the KL: b(|e| + b) for Laplace noise (its own lemma,
-    # |e| read as the start's residual) plus the counts' multinomial variance
-    noise = _noise_variances(measurements)
-    stein = _stein_weights(measurements, y - y0, "sample") * noise + (v - noise)
+    if layout is not None:
+        # Stein's factor of each value for the KL: b(|e| + b) for Laplace noise (its own
+        # lemma, |e| read as the start's residual) plus the counts' multinomial variance
+        noise = _noise_variances(measurements)
+        stein = _stein_weights(measurements, y - y0, "sample") * noise + (v - noise)
 
     def risk_of(carries: list) -> tuple[float, float, np.ndarray]:
         if layout is not None:
