@@ -15,17 +15,29 @@ every compiled program with its own compile time (JAX's compile log, ``jax_log_c
    more two-way marginal (the first pair of attributes, in the domain's order, that it lacks):
    what a round of AIM that adds a clique pays.
 
-Run ``python -m benchmarks compile_time [--epsilon 1] [--top 12]``; writes
+Then, beside the peer: the *first call* of a fit on the same release, each in a fresh process
+(``--first-calls``, default every stopping rule of ``prox_pgm`` and mbi 2.0's
+``MirrorDescent`` with its defaults, mbi's own loss ``Σ ½‖(μ_C − y_C)/σ_C‖²``): the wall time of
+the first call from the measurements (compilation included; the libraries and the data are
+loaded before the clock starts), of a second call in the same process, and the error of the
+fit, the mean over the measured tables of ``‖μ̂_C − n_C‖₁/N`` against the true tables. These are
+what a user who fits a new release waits for, and what the fit is worth.
+
+Run ``python -m benchmarks compile_time [--epsilon 1] [--top 12] [--first-calls ...]``; writes
 ``compile_time-cpu.json``/``.csv`` (``--tag``) under ``--out``, with the load average around
-every stage.
+every stage and first call.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
+import math
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -39,6 +51,9 @@ DESCRIPTION = "where a first fit's time goes: XLA compilation vs iterations, per
 
 #: AIM's iterations per refit (mbi's default).
 AIM_ITERS = 1000
+#: The first calls measured by default: ``ours:<stop>`` (``prox_pgm``'s defaults but ``stop``)
+#: and ``mbi:<estimator>`` (its defaults).
+FIRST_CALLS = ("ours:auto", "ours:risk", "ours:discrepancy", "ours:optimum", "mbi:MirrorDescent")
 
 _FINISHED = re.compile(r"Finished (?:XLA compilation|tracing \+ transforming|"
                        r"jaxpr to MLIR module conversion) of (.+?) in ([0-9.eE+-]+) sec")
@@ -106,19 +121,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top", type=int, default=12, help="programs listed per stage")
     parser.add_argument("--tag", default="compile_time-cpu", help="results' file stem")
+    parser.add_argument("--first-calls", default=",".join(FIRST_CALLS),
+                        help="comma-separated ours:<stop> and mbi:<estimator> first calls, each "
+                             "in a fresh process ('none': skip)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     add_out_argument(parser, "compile_time")
 
 
-def main(args: argparse.Namespace) -> int:
+def _problem(epsilon: float, seed: int) -> dict[str, Any]:
+    """Adult's tree workload, its true tables, the releases of the stages and the extra pair."""
     import itertools
 
     import jax
 
-    jax.config.update("jax_enable_x64", True)
-    from numpyro_dpgm import prox_pgm
     from numpyro_dpgm.data import count, load_demo
     from numpyro_dpgm.measurements import Laplace, Measurement
-    from numpyro_dpgm.mechanisms.refit import Refit
     from numpyro_dpgm.privacy.samplers import simulate_noise
 
     data = load_demo()
@@ -127,7 +144,7 @@ def main(args: argparse.Namespace) -> int:
     extra = next(p for p in itertools.combinations(data.domain.attrs, 2)
                  if frozenset(p) not in pairs)
     tables = count(data.records, cliques + [extra], data.domain)
-    noise = Laplace(len(cliques) / args.epsilon)
+    noise = Laplace(len(cliques) / epsilon)
 
     def release(seed: int, which: list) -> list:
         keys = jax.random.split(jax.random.key(seed), len(which))
@@ -135,9 +152,98 @@ def main(args: argparse.Namespace) -> int:
                             + np.asarray(simulate_noise(k, noise, np.asarray(tables[c]).size)),
                             noise) for c, k in zip(which, keys, strict=True)]
 
-    first, second = release(args.seed, cliques), release(args.seed + 1, cliques)
-    grown = first + release(args.seed + 2, [extra])
-    total = float(data.total)
+    first = release(seed, cliques)
+    return {"data": data, "cliques": cliques, "extra": extra, "noise": noise, "first": first,
+            "second": release(seed + 1, cliques), "grown": first + release(seed + 2, [extra]),
+            "truth": {c: np.asarray(tables[c], float) for c in cliques},
+            "total": float(data.total)}
+
+
+def _child(spec: str, epsilon: float, seed: int) -> dict[str, Any]:
+    """One first call (``spec``) in this fresh process, then a second call: the JSON row."""
+    import warnings
+
+    import jax
+
+    from numpyro_dpgm import prox_pgm
+
+    from .converge import l1_error
+
+    library, name = spec.split(":", 1)
+    problem = _problem(epsilon, seed)
+    ms, domain, total, truth = (problem["first"], problem["data"].domain, problem["total"],
+                                problem["truth"])
+    if library == "ours":
+        def fit() -> tuple[dict, dict]:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = prox_pgm(ms, domain, total_count=total, stop=name)
+            tables = result.extras["marginals"]
+            jax.block_until_ready(result.model.theta)
+            return {c: np.asarray(tables.project(c)) for c in truth}, {
+                "iterations": result.iterations, "stop": result.extras["stop"],
+                "converged": result.converged,
+                "warnings": sorted({type(w.message).__name__ for w in caught})}
+    elif library == "mbi":
+        from mbi import estimation, marginal_loss
+
+        mdom = estimation.Domain(domain.attrs, domain.shape)
+        lms = [marginal_loss.LinearMeasurement(np.asarray(m.values), tuple(m.clique),
+                                               stddev=math.sqrt(m.noise.variance)) for m in ms]
+        loss_fn = marginal_loss.from_linear_measurements(lms, mdom)
+        estimator = getattr(estimation, name)()
+
+        def fit() -> tuple[dict, dict]:
+            model = estimator.estimate(mdom, loss_fn, known_total=total)
+            jax.block_until_ready(model.marginals)
+            return {c: np.asarray(model.marginals.project(c).datavector(flatten=False))
+                    for c in truth}, {}
+    else:
+        raise ValueError(f"unknown library in {spec!r}: use ours:<stop> or mbi:<estimator>")
+    row: dict[str, Any] = {"stage": "first_call", "library": "numpyro_dpgm" if library == "ours"
+                           else "mbi", "fit": name, "load_before": load_average()}
+    start = time.perf_counter()
+    tables, info = fit()
+    row["first_call_s"] = time.perf_counter() - start
+    row["l1"] = l1_error(tables, truth, total)
+    start = time.perf_counter()
+    fit()
+    row.update(second_call_s=time.perf_counter() - start, **info, load_after=load_average())
+    return row
+
+
+def first_calls(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each of ``--first-calls`` in a fresh process, one after the other."""
+    specs = [] if args.first_calls == "none" else [s for s in args.first_calls.split(",") if s]
+    rows = []
+    for spec in specs:
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "compile_time", "--child", spec,
+             "--epsilon", str(args.epsilon), "--seed", str(args.seed)],
+            capture_output=True, text=True, check=True)
+        row = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(f"{'first call':>14}: {row['library']:>12} {row['fit']:<14} "
+              f"{row['first_call_s']:6.1f} s (again {row['second_call_s']:5.1f} s), "
+              f"error {row['l1']:.4f}, load {row['load_before']}", flush=True)
+    return rows
+
+
+def main(args: argparse.Namespace) -> int:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    if args.child is not None:
+        print(json.dumps(_child(args.child, args.epsilon, args.seed)))
+        return 0
+    from numpyro_dpgm import prox_pgm
+    from numpyro_dpgm.mechanisms.refit import Refit
+
+    problem = _problem(args.epsilon, args.seed)
+    data, cliques, extra, noise = (problem["data"], problem["cliques"], problem["extra"],
+                                   problem["noise"])
+    first, second, grown, total = (problem["first"], problem["second"], problem["grown"],
+                                   problem["total"])
 
     def fit(measurements: list) -> int:
         return prox_pgm(measurements, data.domain, total_count=total).iterations
@@ -153,6 +259,7 @@ def main(args: argparse.Namespace) -> int:
             stage("new_noise", lambda: fit(second), args.top),
             stage("aim_start", lambda: round_of(first, cliques), args.top),
             stage("aim_round", lambda: round_of(grown, cliques + [extra]), args.top)]
+    rows += first_calls(args)
     record = new_record("compile_time", vars(args), rows=rows,
                         workload=f"Adult tree workload, {len(cliques)} marginals, Laplace "
                                  f"b = {noise.scale:g}; new structure adds {extra}")
