@@ -34,10 +34,12 @@ The iteration scheme (``method``) is, by default with the exact oracle, the acce
 Bregman gradient method with function restart of
 :mod:`~numpyro_dpgm.estimation.mirror_descent` (each iteration one oracle call; the fit
 returned is the best oracle point), and plain mirror descent (``"md"``, Algorithm 1) with an
-approximate oracle. Plain mirror descent follows Private-PGM's Armijo rule: start from
+approximate oracle. Plain mirror descent follows an Armijo rule: start from
 ``α₀ = 2/(L_∇·N)`` with ``L_∇`` the Lipschitz constant of ``∇L``, accept a trial step when it
-gives sufficient decrease ``f(μ) − f(μ') ≥ ½⟨∇f(μ), μ − μ'⟩`` (then ``α ← 1.01α``), otherwise
-reject it and halve ``α``. The objective is therefore non-increasing (with either scheme).
+gives sufficient decrease ``f(μ) − f(μ') ≥ ½⟨∇f(μ), μ − μ'⟩`` (then ``α ← 1.1α``, or by
+Private-PGM's 1.01 with a warm-started approximate oracle; see
+:mod:`~numpyro_dpgm.estimation.mirror_descent`), otherwise reject it and halve ``α``. The
+objective is therefore non-increasing (with either scheme).
 
 The L1 loss is not differentiable where a residual vanishes, which is where its minimisers
 sit, and a subgradient step with this line search stalls there (on a 3-attribute chain the loss
@@ -620,6 +622,9 @@ def _risk_fit(oracle: ExactOracle, loss_fn: MarginalLoss, theta0: Array, groups:
         warn(f"prox_pgm(stop={stop!r}) reached max_iters={iters} on the risk path before its "
              f"rule fired: {where}. "
              "The fit is the best iterate so far; raise max_iters.", ProxPGMConvergenceWarning)
+    # a path that reached the optimum before the noise level compared no risks: its fit is the
+    # optimum of the loss (the least-squares fit explains the release worse than the truth would)
+    rule = "optimum" if reason == OPTIMUM and int(state.pilot) < 0 else "risk"
     model = MarkovRandomField(network, state.best_theta)
     extras = {
         **total_extras(total, estimated),
@@ -644,7 +649,7 @@ def _risk_fit(oracle: ExactOracle, loss_fn: MarginalLoss, theta0: Array, groups:
         "degrees_of_freedom": float(state.best_df),
         "risk_trace": device_array(risk_trace),
         "final_loss": float(md.loss),
-        "stop": "risk",
+        "stop": rule,
         "risk_path_iterations": None,
     }
     return Result(model=model, loss_trace=device_array(trace), iterations=int(md.t),
