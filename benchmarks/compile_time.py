@@ -131,6 +131,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="adult: the demo's records and its tree workload; heldout: the "
                              "private part of Adult's public/private split, its tree chosen on "
                              "the public part (15 attributes)")
+    parser.add_argument("--first-call-seeds", type=int, default=1,
+                        help="releases (seeds --seed, --seed + 1, ...) of each first call")
+    parser.add_argument("--first-calls-only", action="store_true",
+                        help="skip the in-process stages")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     add_out_argument(parser, "compile_time")
 
@@ -248,16 +252,17 @@ def first_calls(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each of ``--first-calls`` in a fresh process, one after the other."""
     specs = [] if args.first_calls == "none" else [s for s in args.first_calls.split(",") if s]
     rows = []
-    for spec in specs:
-        out = subprocess.run(
-            [sys.executable, "-m", "benchmarks", "compile_time", "--child", spec,
-             "--epsilon", str(args.epsilon), "--seed", str(args.seed), "--data", args.data],
-            capture_output=True, text=True, check=True)
-        row = json.loads(out.stdout.strip().splitlines()[-1])
-        rows.append(row)
-        print(f"{'first call':>14}: {row['library']:>12} {row['fit']:<14} "
-              f"{row['first_call_s']:6.1f} s (again {row['second_call_s']:5.1f} s), "
-              f"error {row['l1']:.4f}, load {row['load_before']}", flush=True)
+    for seed in range(args.seed, args.seed + args.first_call_seeds):
+        for spec in specs:
+            out = subprocess.run(
+                [sys.executable, "-m", "benchmarks", "compile_time", "--child", spec,
+                 "--epsilon", str(args.epsilon), "--seed", str(seed), "--data", args.data],
+                capture_output=True, text=True, check=True)
+            row = {**json.loads(out.stdout.strip().splitlines()[-1]), "seed": seed}
+            rows.append(row)
+            print(f"{'first call':>14}: {row['library']:>12} {row['fit']:<14} seed {seed} "
+                  f"{row['first_call_s']:6.1f} s (again {row['second_call_s']:5.1f} s), "
+                  f"error {row['l1']:.4f}, load {row['load_before']}", flush=True)
     return rows
 
 
@@ -267,6 +272,11 @@ def main(args: argparse.Namespace) -> int:
     jax.config.update("jax_enable_x64", True)
     if args.child is not None:
         print(json.dumps(_child(args.child, args.epsilon, args.seed, args.data)))
+        return 0
+    if args.first_calls_only:
+        rows = first_calls(args)
+        write_results(args.out, args.tag, new_record("compile_time", vars(args), rows=rows),
+                      rows)
         return 0
     from numpyro_dpgm import prox_pgm
     from numpyro_dpgm.mechanisms.refit import Refit
