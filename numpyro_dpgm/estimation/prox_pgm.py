@@ -129,11 +129,11 @@ DEFAULT_TOL = 1e-10
 #: estimated risk on the path (SURE).
 STOP_RULES = ("auto", "optimum", "discrepancy", "risk")
 #: ``stop="auto"`` gives the risk path ``max_iters // AUTO_BUDGET_SHARE`` iterations to reach the
-#: noise level (the pilot iterate). The whole path took 3–4 times the pilot's iterations on
-#: Adult's tree workload at ε = 0.1, 1 and on Appendix C.4 at ε = 0.1, 1 (the releases of
-#: ``python -m benchmarks converge``, seed 0; pilot 41, 269, 43, 246, read from the fits' extras
-#: by hand; stopped at 132, 873, 123, 976, benchmarks/results/converge-*-cpu.json), so a later
-#: pilot could not finish within ``max_iters``.
+#: noise level (the pilot iterate). The whole path took 2.3–3.1 times the pilot's iterations on
+#: Adult's tree workloads at ε = 0.1 and 1 (the releases of ``python -m benchmarks converge``
+#: and of ``python -m benchmarks compile_time`` with ``--data adult`` and ``heldout``, seed 0;
+#: pilots 37, 224, 62, 260, 40, 191, paths ended at 113, 556, 145, 607, 112, 538, read from
+#: ``stop="risk"`` fits by hand), so a later pilot could not finish within ``max_iters``.
 AUTO_BUDGET_SHARE = 3
 
 
