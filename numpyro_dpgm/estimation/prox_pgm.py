@@ -130,10 +130,11 @@ DEFAULT_TOL = 1e-10
 STOP_RULES = ("auto", "optimum", "discrepancy", "risk")
 #: ``stop="auto"`` gives the risk path ``max_iters // AUTO_BUDGET_SHARE`` iterations to reach the
 #: noise level (the pilot iterate). The whole path took 2.3–3.1 times the pilot's iterations on
-#: Adult's tree workloads at ε = 0.1 and 1 (the releases of ``python -m benchmarks converge``
-#: and of ``python -m benchmarks compile_time`` with ``--data adult`` and ``heldout``, seed 0;
-#: pilots 37, 224, 62, 260, 40, 191, paths ended at 113, 556, 145, 607, 112, 538, read from
-#: ``stop="risk"`` fits by hand), so a later pilot could not finish within ``max_iters``.
+#: Adult's tree workloads and Appendix C.4 at ε = 0.1 and 1 (the releases of ``python -m
+#: benchmarks converge`` and of ``python -m benchmarks compile_time`` with ``--data adult`` and
+#: ``heldout``, seed 0; pilots 37, 224, 40, 252, 62, 260, 40, 191, paths ended at 113, 556,
+#: 122, 679, 145, 607, 112, 538, read from ``stop="risk"`` fits by hand), so a later pilot could
+#: not finish within ``max_iters``.
 AUTO_BUDGET_SHARE = 3
 
 
