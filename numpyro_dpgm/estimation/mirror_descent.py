@@ -60,7 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._jit import jit_modes
+from .._jit import device_array, jit_modes
 from ..network import MarkovNetwork
 from ..oracles.protocol import ExactOracle, MarginalOracle, apply_oracle, oracle_operands
 from ..tables import CliqueTables
@@ -189,16 +189,29 @@ def _initial_step(loss_fn: MarginalLoss, mu: Array, grad: Array, data: Any,
     return jnp.where(ok, 2.0 / (jnp.where(ok, curv, 1.0) * total), flat)
 
 
-def _init(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, theta: Array, data: Any,
-          total: Array, smooth: Array, alpha: Array, *, window: int,
-          auto_step: bool) -> ProxPGMState:
-    """The state at ``theta`` (one oracle call), with ``alpha`` or the curvature step."""
-    p, log_z, ostate = apply_oracle(oracle, operands, theta, oracle.init_state())
-    return init_at(loss_fn, theta, p, log_z, ostate, data, total, smooth, alpha, window=window,
-                   auto_step=auto_step)
+def _unstarted(oracle: MarginalOracle, theta: Array, total: Array, smooth: Array,
+               alpha: Array, window: int) -> ProxPGMState:
+    """A state at ``theta`` whose oracle output is not known yet (``t = -1``).
 
-
-_init = jit_modes(_init, static_argnames=("oracle", "loss_fn", "window", "auto_step"))
+    The first iteration of :func:`_block` on it calls the oracle at ``theta`` and makes the
+    state there (:func:`init_at`), through the loop's own oracle call: the start compiles no
+    program of its own (the oracle's program is most of a fit's compiling; a second one cost
+    AIM's rounds 1.5–2 s each). The placeholders have the types :func:`init_at` gives.
+    """
+    dtype = np.dtype(theta.dtype)
+    # from host arrays: an eager jnp operation would compile a small program per shape
+    zeros = device_array(np.zeros(theta.shape, dtype))
+    scalar = device_array(np.zeros((), dtype))
+    count = device_array(np.zeros((), np.int32))
+    ostate = oracle.init_state()
+    return ProxPGMState(
+        theta=theta, mu=zeros, log_z=scalar, oracle_state=ostate, objective=scalar,
+        loss=scalar, grad=zeros, alpha=alpha, alpha_prev=alpha, initial_alpha=alpha,
+        smooth=smooth, stage_start=count, u=theta, z=zeros, z_log_z=scalar, z_state=ostate,
+        x=zeros, fx=scalar, momentum=device_array(np.full((), -1.0, dtype)),
+        recent=device_array(np.zeros(window, dtype)),
+        t=device_array(np.full((), -1, np.int32)), rejected=count, restarts=count,
+        converged=device_array(np.zeros((), bool)))
 
 
 def init_at(loss_fn: MarginalLoss, theta: Array, p: Array, log_z: Array, ostate: Any,
@@ -234,11 +247,16 @@ def _warm_marginals(oracle: MarginalOracle) -> bool:
 
 
 def _md_step(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, s: ProxPGMState,
-             data: Any, total: Array) -> ProxPGMState:
-    """One mirror-descent trial with the Armijo test (one oracle call; :func:`md_trial`)."""
-    theta_new = s.theta - s.alpha * s.grad
+             data: Any, total: Array, start: Any) -> ProxPGMState:
+    """One mirror-descent trial with the Armijo test (one oracle call; :func:`md_trial`), or,
+    on an unstarted state, the state at its ``θ`` (``start``, :func:`_started`)."""
+    fresh = s.t < 0
+    theta_new = jnp.where(fresh, s.theta, s.theta - s.alpha * s.grad)
     p_new, log_z_new, ostate_new = apply_oracle(oracle, operands, theta_new, s.oracle_state)
-    return md_trial(oracle, loss_fn, s, theta_new, p_new, log_z_new, ostate_new, data, total)
+    return jax.lax.cond(
+        fresh, lambda: start(s, p_new, log_z_new, ostate_new),
+        lambda: md_trial(oracle, loss_fn, s, theta_new, p_new, log_z_new, ostate_new, data,
+                         total))
 
 
 def md_trial(oracle: MarginalOracle, loss_fn: MarginalLoss, s: ProxPGMState, theta_new: Array,
@@ -273,14 +291,26 @@ def md_trial(oracle: MarginalOracle, loss_fn: MarginalLoss, s: ProxPGMState, the
 
 
 def _accelerated_step(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any,
-                      s: ProxPGMState, data: Any, total: Array) -> ProxPGMState:
-    """One trial of the accelerated Bregman method with its line search (one oracle call)."""
+                      s: ProxPGMState, data: Any, total: Array, start: Any) -> ProxPGMState:
+    """One trial of the accelerated Bregman method with its line search (one oracle call), or,
+    on an unstarted state, the state at its ``θ`` (``start``, :func:`_started`)."""
+    fresh = s.t < 0
     ratio = s.alpha_prev / (s.alpha * jnp.maximum(s.momentum, 1e-300) ** 2)
     a = jnp.where(s.momentum < 0, 1.0, 2.0 / (1.0 + jnp.sqrt(1.0 + 4.0 * ratio)))
     y = (1.0 - a) * s.x + a * s.z
     fy, g = jax.value_and_grad(loss_fn)(y, data, s.smooth)
-    u_new = s.u - (s.alpha / a) * g
+    u_new = jnp.where(fresh, s.u, s.u - (s.alpha / a) * g)
     p_new, lz_new, zstate_new = apply_oracle(oracle, operands, u_new, s.z_state)
+    return jax.lax.cond(
+        fresh, lambda: start(s, p_new, lz_new, zstate_new),
+        lambda: _accelerated_trial(loss_fn, s, data, total, a, y, fy, g, u_new, p_new, lz_new,
+                                   zstate_new))
+
+
+def _accelerated_trial(loss_fn: MarginalLoss, s: ProxPGMState, data: Any, total: Array,
+                       a: Array, y: Array, fy: Array, g: Array, u_new: Array, p_new: Array,
+                       lz_new: Array, zstate_new: Any) -> ProxPGMState:
+    """The line-search test of the accelerated trial ``u'`` whose oracle output is given."""
     z_new = total * p_new
     x_hat = (1.0 - a) * s.x + a * z_new
     f_hat = loss_fn(x_hat, data, s.smooth)
@@ -327,9 +357,10 @@ def _switch_smoothing(loss_fn: MarginalLoss, s: ProxPGMState, data: Any,
 
 def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, state: ProxPGMState,
            data: Any, total: Array, limit: Array, tol: Array, target: Array, *, num_l1: int,
-           method: str) -> tuple[ProxPGMState, Array, Array]:
+           method: str, auto_step: bool) -> tuple[ProxPGMState, Array, Array]:
     """Up to :data:`BLOCK` iterations, until ``t == limit``, the stopping rule fires or the
-    exact loss is at most ``target``.
+    exact loss is at most ``target``. An unstarted state (:func:`_unstarted`) is started by the
+    first iteration (``auto_step``: with the curvature step of :func:`init_at`).
 
     Returns the state and the exact loss and objective at the fit after each iteration of the
     block (``NaN`` past the last).
@@ -337,6 +368,11 @@ def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, state: 
     accelerated = method == "accelerated"
     window = state.recent.shape[0]
     first = state.t
+
+    def start(s: ProxPGMState, p: Array, log_z: Array, ostate: Any) -> ProxPGMState:
+        begun = init_at(loss_fn, s.theta, p, log_z, ostate, data, total, s.smooth, s.alpha,
+                        window=window, auto_step=auto_step)
+        return begun._replace(t=s.t)  # the loop counts this call as iteration 0
     stop = jnp.minimum(limit, first + BLOCK)
     nan = jnp.full(BLOCK, jnp.nan, dtype=state.mu.dtype)
 
@@ -346,8 +382,9 @@ def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, state: 
 
     def body(carry: tuple[ProxPGMState, Array, Array]) -> tuple[ProxPGMState, Array, Array]:
         s, trace, obj_trace = carry
+        fresh = s.t < 0
         step = _accelerated_step if accelerated else _md_step
-        s = step(oracle, loss_fn, operands, s, data, total)
+        s = step(oracle, loss_fn, operands, s, data, total, start)
         t = s.t + 1
         if num_l1:
             loss = loss_fn(s.mu, data, jnp.zeros_like(s.smooth))
@@ -367,7 +404,7 @@ def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, state: 
         stalled = (t - s.stage_start >= window) & (past - monitored <= thr)
         caught_up = s.objective - s.fx <= thr if accelerated else jnp.ones((), dtype=bool)
         s = s._replace(t=t, loss=loss,
-                       converged=(stalled & final & caught_up) | (loss <= target))
+                       converged=~fresh & ((stalled & final & caught_up) | (loss <= target)))
         if num_l1:
             s = jax.lax.cond(stalled & ~final,
                              lambda q: _switch_smoothing(loss_fn, q, data, accelerated),
@@ -379,7 +416,8 @@ def _block(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, state: 
     return jax.lax.while_loop(cond, body, (state, nan, nan))
 
 
-_block = jit_modes(_block, static_argnames=("oracle", "loss_fn", "num_l1", "method"))
+_block = jit_modes(_block, static_argnames=("oracle", "loss_fn", "num_l1", "method",
+                                            "auto_step"))
 
 
 def mirror_descent(
@@ -452,17 +490,18 @@ def mirror_descent(
     operands = oracle_operands(oracle)
     smooth = jnp.asarray(_SMOOTH0 if num_l1 else 0.0, dtype)
     alpha_arr = jnp.asarray(0.0 if alpha is None else alpha, dtype)
-    options = {"window": int(window), "auto_step": alpha is None, "compile_mode": compile_mode}
+    auto_step = alpha is None
+    block = partial(_block, oracle, loss_fn, operands, data=data, total=total_arr, tol=tol_arr,
+                    target=target_arr, num_l1=num_l1, method=method, auto_step=auto_step,
+                    compile_mode=compile_mode)
     start = oracle.host_start(theta) if isinstance(oracle, ExactOracle) else None
-    if start is None:
-        state = _init(oracle, loss_fn, operands, theta, data, total_arr, smooth, alpha_arr,
-                      **options)
+    if start is None:  # the loop's first call starts it: the start compiles nothing more
+        state = block(_unstarted(oracle, theta, total_arr, smooth, alpha_arr, int(window)),
+                      limit=jnp.asarray(0))[0]
     else:  # the exact oracle's start by the calibrated tree's program, shared with queries
         state = _init_at(loss_fn, theta, *start, oracle.init_state(), data, total_arr, smooth,
-                         alpha_arr, **options)
-    block = partial(_block, oracle, loss_fn, operands, data=data, total=total_arr, tol=tol_arr,
-                    target=target_arr, num_l1=num_l1, method=method,
-                    compile_mode=compile_mode)
+                         alpha_arr, window=int(window), auto_step=auto_step,
+                         compile_mode=compile_mode)
     state, (trace, obj_trace) = run_blocks(
         lambda s, limit: block(s, limit=limit), state, (state.loss, state.objective),
         lambda s: s, iters=iters, callback=callback, callback_every=callback_every)

@@ -52,7 +52,7 @@ def test_refit_of_a_known_structure_does_not_recompile():
     theta = rng.normal(size=CYCLE.num_params)
     first = table_measurements(CYCLE, theta, 100.0, Gaussian(2.0), rng)
     fit = prox_pgm(first, CYCLE, total_count=100.0, max_iters=300)
-    sizes = (md._init._cache_size(), md._block._cache_size())
+    sizes = (md._init_at._cache_size(), md._block._cache_size())
     # new values, total, iteration limit, tolerance and a warm start: same programs
     second = table_measurements(CYCLE, rng.normal(size=CYCLE.num_params), 250.0,
                                 Gaussian(5.0), rng)
@@ -62,7 +62,7 @@ def test_refit_of_a_known_structure_does_not_recompile():
         warnings.simplefilter("ignore", ProxPGMConvergenceWarning)
         prox_pgm(second, CYCLE, total_count=250.0, max_iters=5, callback=lambda t, f: None,
                  callback_every=2)
-    assert (md._init._cache_size(), md._block._cache_size()) == sizes
+    assert (md._init_at._cache_size(), md._block._cache_size()) == sizes
 
 
 def test_a_fit_stopped_by_the_iteration_limit_warns_with_the_remedy():
@@ -122,12 +122,12 @@ def test_an_appgm_refit_with_new_values_does_not_recompile():
     first = table_measurements(CYCLE, rng.normal(size=CYCLE.num_params), 100.0, Gaussian(2.0),
                                rng)
     fit = prox_pgm(first, CYCLE, total_count=100.0, max_iters=20, tol=0.0, oracle=oracle)
-    sizes = (md._init._cache_size(), md._block._cache_size(), gbp._solve._cache_size())
+    sizes = (md._init_at._cache_size(), md._block._cache_size(), gbp._solve._cache_size())
     second = table_measurements(CYCLE, rng.normal(size=CYCLE.num_params), 300.0,
                                 Gaussian(0.5), rng)
     again = prox_pgm(second, CYCLE, total_count=300.0, max_iters=7, tol=0.0,
                      oracle=ConvexGBPOracle(CYCLE), init=fit.model.theta)
-    assert (md._init._cache_size(), md._block._cache_size(),
+    assert (md._init_at._cache_size(), md._block._cache_size(),
             gbp._solve._cache_size()) == sizes
     assert again.iterations == 7
 
