@@ -46,6 +46,9 @@ are traced, and so are the loss's stacked index arrays and the oracle's array op
 (:func:`~numpyro_dpgm.oracles.protocol.oracle_operands`: Convex-GBP's index tables), which are
 thus data of the program, not constants compiled into it. The loop runs in blocks of
 :data:`BLOCK` iterations (fixed trace buffers), so the iteration limit never changes a shape.
+Where the oracle has no start on the host (a factored junction tree, an approximate oracle),
+the loop's first iteration makes the start from the oracle at ``θ₀`` (:func:`_unstarted`), so
+the oracle is compiled once, in the loop, and a fit compiles one program.
 """
 
 from __future__ import annotations

@@ -65,6 +65,30 @@ def test_refit_of_a_known_structure_does_not_recompile():
     assert (md._init_at._cache_size(), md._block._cache_size()) == sizes
 
 
+@pytest.mark.usefixtures("keep_programs")
+def test_a_start_without_a_host_start_compiles_no_program_of_its_own():
+    """Convex-GBP has no host start: its fit's first oracle call is the loop's first iteration,
+    so a new structure compiles the loop's program and no start program."""
+    from numpyro_dpgm.oracles.protocol import ConvexGBPOracle
+
+    net = MarkovNetwork({"a": 2, "b": 3, "c": 4}, [("a", "b"), ("b", "c"), ("a", "c")])
+    rng = np.random.default_rng(26)
+    ms = table_measurements(net, rng.normal(size=net.num_params), 200.0, Gaussian(2.0), rng)
+    from numpyro_dpgm._jit import programs_held
+
+    before = (programs_held(), md._block._cache_size())
+    zero = np.zeros(net.num_params)
+    fit = prox_pgm(ms, net, total_count=200.0, max_iters=30, tol=0.0, init=zero,
+                   oracle=ConvexGBPOracle(net), model_fit="oracle")
+    # one program in all, the loop's (a start program made it two)
+    assert (programs_held(), md._block._cache_size()) == (before[0] + 1, before[1] + 1)
+    # the trace starts at the loss of the start, computed by that first call: the uniform
+    # distribution's marginals (θ = 0 is exact for any oracle)
+    uniform = prox_pgm(ms, net, total_count=200.0, max_iters=1, tol=0.0, init=zero)
+    assert fit.iterations == 30
+    np.testing.assert_allclose(fit.loss_trace[0], uniform.loss_trace[0], rtol=1e-12)
+
+
 def test_a_fit_stopped_by_the_iteration_limit_warns_with_the_remedy():
     rng = np.random.default_rng(24)
     ms = table_measurements(CYCLE, rng.normal(size=CYCLE.num_params), 100.0, Gaussian(1.0), rng)
