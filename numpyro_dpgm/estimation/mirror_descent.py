@@ -252,7 +252,7 @@ def _warm_marginals(oracle: MarginalOracle) -> bool:
 def _md_step(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any, s: ProxPGMState,
              data: Any, total: Array, start: Any) -> ProxPGMState:
     """One mirror-descent trial with the Armijo test (one oracle call; :func:`md_trial`), or,
-    on an unstarted state, the state at its ``θ`` (``start``, :func:`_started`)."""
+    on an unstarted state, the state at its ``θ`` (``start``: :func:`init_at` there)."""
     fresh = s.t < 0
     theta_new = jnp.where(fresh, s.theta, s.theta - s.alpha * s.grad)
     p_new, log_z_new, ostate_new = apply_oracle(oracle, operands, theta_new, s.oracle_state)
@@ -296,7 +296,7 @@ def md_trial(oracle: MarginalOracle, loss_fn: MarginalLoss, s: ProxPGMState, the
 def _accelerated_step(oracle: MarginalOracle, loss_fn: MarginalLoss, operands: Any,
                       s: ProxPGMState, data: Any, total: Array, start: Any) -> ProxPGMState:
     """One trial of the accelerated Bregman method with its line search (one oracle call), or,
-    on an unstarted state, the state at its ``θ`` (``start``, :func:`_started`)."""
+    on an unstarted state, the state at its ``θ`` (``start``: :func:`init_at` there)."""
     fresh = s.t < 0
     ratio = s.alpha_prev / (s.alpha * jnp.maximum(s.momentum, 1e-300) ** 2)
     a = jnp.where(s.momentum < 0, 1.0, 2.0 / (1.0 + jnp.sqrt(1.0 + 4.0 * ratio)))
