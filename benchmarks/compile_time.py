@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from .harness import add_out_argument, load_average, new_record, write_results
+from .harness import add_out_argument, l1_error, load_average, new_record, write_results
 from .workloads import adult_workload, tree_workload
 
 DESCRIPTION = "where a first fit's time goes: XLA compilation vs iterations, per program"
@@ -203,7 +203,6 @@ def _child(spec: str, epsilon: float, seed: int, data_name: str) -> dict[str, An
 
     from numpyro_dpgm import prox_pgm
 
-    from .converge import l1_error
 
     library, name = spec.split(":", 1)
     problem = _problem(epsilon, seed, data_name)

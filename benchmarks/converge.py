@@ -57,7 +57,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .harness import add_out_argument, load_average, new_record, write_results
+from .harness import add_out_argument, l1_error, load_average, new_record, write_results
 from .workloads import Clique, adult_workload
 
 DESCRIPTION = "Default Prox-PGM vs each mbi estimator on noisy Adult: error against wall time"
@@ -107,13 +107,6 @@ def measure(dataset: Any, cliques: Sequence[Clique], name: str, epsilon: float,
     ms = [Measurement(c, truth[c].ravel() + np.asarray(simulate_noise(key, noise, truth[c].size)),
                       noise) for c, key in zip(cliques, keys, strict=True)]
     return ms, truth, noise
-
-
-def l1_error(tables: dict[Clique, np.ndarray], truth: dict[Clique, np.ndarray],
-             total: float) -> float:
-    """Mean over the cliques of ``‖μ̂_C − n_C‖₁/N``."""
-    return float(np.mean([np.abs(np.reshape(tables[c], t.shape) - t).sum() / total
-                          for c, t in truth.items()]))
 
 
 def noisy_error(ms: Sequence[Any], truth: dict, total: float) -> float:

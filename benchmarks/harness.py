@@ -362,3 +362,14 @@ def interleaved(contenders: dict[str, Callable[[], Any]], repeats: int) -> dict[
             jax.block_until_ready(fn())
             times[name].append(time.perf_counter() - t0)
     return {name: summary_ms(ts) for name, ts in times.items()}
+
+
+def l1_error(tables: dict[Any, np.ndarray], truth: dict[Any, np.ndarray], total: float) -> float:
+    """Mean over the cliques of ``‖μ̂_C − n_C‖₁/N``: fitted count tables ``tables`` against the
+    true ones ``truth`` (each reshaped to the truth's shape), ``N = total``.
+
+    >>> l1_error({"c": np.array([3.0, 1.0])}, {"c": np.array([2.0, 2.0])}, 4.0)
+    0.5
+    """
+    return float(np.mean([np.abs(np.reshape(tables[c], t.shape) - t).sum() / total
+                          for c, t in truth.items()]))
