@@ -8,8 +8,10 @@ the rules and builds the inputs.
   when ``f(μ) − f(μ') ≥ c·⟨∇f(μ), μ − μ'⟩``, then ``α ← 1.1α``; else halve ``α``). Private-PGM
   grows ``α`` by 1.01, which takes 70 accepted steps to double a step once halved; with 1.1 (the
   accelerated method's growth) the mirror-descent path from the uniform distribution reaches
-  the noise level in 40–60 % of the iterations (``python -m benchmarks stopping``, 50 releases
-  of four problems: 2.4 → 2.3, 250 → 98, 1,810 → 1,517 and 83 → 32 iterations) and the fits of
+  the noise level in 40–60 % of the iterations (``python -m benchmarks stopping --releases
+  50``, benchmarks/results/stopping-grow-cpu.json against stopping-grow-before-cpu.json, the
+  same code but this constant: 2.4 → 2.3, 250 → 98, 1,810 → 1,517 and 83 → 32 iterations) and
+  the fits of
   ``stop="risk"`` and ``stop="discrepancy"`` on it are as accurate or more (risk: mean L1
   0.1792 → 0.1749, 0.04605 → 0.04606, 0.00320 → 0.00318, 0.06883 → 0.06885, standard errors
   0.0005, 0.0004, 0.00003, 0.0004). With an oracle that carries a warm-started state (APPGM: a
@@ -192,8 +194,8 @@ def _initial_step(loss_fn: MarginalLoss, mu: Array, grad: Array, data: Any,
     return jnp.where(ok, 2.0 / (jnp.where(ok, curv, 1.0) * total), flat)
 
 
-def _unstarted(oracle: MarginalOracle, theta: Array, total: Array, smooth: Array,
-               alpha: Array, window: int) -> ProxPGMState:
+def _unstarted(oracle: MarginalOracle, theta: Array, smooth: Array, alpha: Array,
+               window: int) -> ProxPGMState:
     """A state at ``theta`` whose oracle output is not known yet (``t = -1``).
 
     The first iteration of :func:`_block` on it calls the oracle at ``theta`` and makes the
@@ -499,7 +501,7 @@ def mirror_descent(
                     compile_mode=compile_mode)
     start = oracle.host_start(theta) if isinstance(oracle, ExactOracle) else None
     if start is None:  # the loop's first call starts it: the start compiles nothing more
-        state = block(_unstarted(oracle, theta, total_arr, smooth, alpha_arr, int(window)),
+        state = block(_unstarted(oracle, theta, smooth, alpha_arr, int(window)),
                       limit=jnp.asarray(0))[0]
     else:  # the exact oracle's start by the calibrated tree's program, shared with queries
         state = _init_at(loss_fn, theta, *start, oracle.init_state(), data, total_arr, smooth,
