@@ -127,7 +127,7 @@ def gradient_ms(model: Any, repeats: int = 30) -> dict[str, Any]:
     def tree_factors(phi: Any) -> Any:
         law = release(phi)
         return tree_log_likelihood(site.tree, law.conditionals, total, y - law.loc, v,
-                                   structured=False)
+                                   form="dense")
 
     def dense(phi: Any) -> Any:
         conds = conditionals(phi)
