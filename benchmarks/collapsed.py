@@ -247,7 +247,9 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     row.update({k: float(v) for k, v in (
         ("pilot_s", getattr(pilot, "seconds", None)), ("map_s", getattr(mcmc, "map_seconds", None)),
         ("warmup_s", getattr(mcmc, "warmup_seconds", None)),
-        ("draws_s", getattr(mcmc, "draws_seconds", None))) if v is not None})
+        ("draws_s", getattr(mcmc, "draws_seconds", None)),
+        ("batches_s", getattr(mcmc, "batches_seconds", None))) if v is not None})
+    row["draws_per_chain"] = int(np.asarray(grouped["n"]).shape[1])
     if pilot is not None:  # the pilot run's own phases and adapted step size
         pilot_extra = pilot.get_extra_fields(group_by_chain=True)
         row.update(pilot_warmup_steps=list(getattr(pilot, "warmup_steps", ())),

@@ -188,6 +188,9 @@ def test_run_nuts_draws_batches_until_converged():
                     exact=False, time_limit=300)
     assert mcmc.batches >= 1
     assert mcmc.get_samples()["phi"].shape[0] == 100 * (1 + mcmc.batches)
+    # the phases' seconds: each positive, together within the run
+    phases = (mcmc.warmup_seconds, mcmc.draws_seconds, mcmc.batches_seconds)
+    assert min(phases) > 0 and sum(phases) <= 300
     assert mcmc.convergence.num_draws == 100 * (1 + mcmc.batches)
     assert converged(mcmc.convergence)
     # it stopped at the first batch that met the aim

@@ -269,8 +269,9 @@ def run_nuts(
         ``check`` or ``time_limit``, ``mcmc.convergence`` (the
         :class:`~numpyro_dpgm.infer.bayes.checks.ConvergenceFigures` the warnings are based on)
         and ``mcmc.batches`` (the further batches ``time_limit`` drew); with ``time_limit``,
-        ``mcmc.warmup_seconds`` and ``mcmc.draws_seconds`` (warm-up's and the first draws'
-        wall time, compilation included).
+        ``mcmc.warmup_seconds``, ``mcmc.draws_seconds`` and ``mcmc.batches_seconds``
+        (warm-up's, the first draws' and the further batches' wall time, compilation and the
+        convergence checks between batches included).
     """
     started = time.perf_counter()
     if metric not in (None, *NUTS_METRICS):
@@ -373,7 +374,9 @@ def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: fl
         # a draw of every chain is expected to take what it took in the first draws; without
         # timed first draws (no warm-up), the whole call so far spread over them
         pace = getattr(mcmc, "draw_pace", spent / max(mcmc.num_samples, 1))
+        began = time.perf_counter()
         mcmc.batches = draw_until(mcmc, done, started + time_limit, pace, fields, callback)
+        mcmc.batches_seconds = time.perf_counter() - began
     if check and time_limit is None:  # draw_until's last check saw every draw
         mcmc.convergence = _figures(mcmc, sampled, max_tree_depth)
     if check:
