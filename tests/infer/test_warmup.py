@@ -57,6 +57,29 @@ def test_a_deadline_stops_warmup_and_keeps_the_adapted_state():
     assert mcmc.get_samples()["mu"].shape == (20,)
 
 
+def test_setup_is_not_charged_to_the_deadline_up_to_the_limit():
+    """With ``limit``, the first chain's set-up (init and the compiling first call) moves the
+    deadline later: a share of 0.4 s of stepping gives every chain many steps, however long
+    the compilation took, and warm-up ends by the limit; with the limit at the deadline it is
+    the deadline as before."""
+    import time
+
+    def fresh(y):  # a model of its own: its programs compile in this test
+        mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
+        numpyro.sample("y", dist.Normal(mu, 0.5), obs=y)
+
+    mcmc = MCMC(NUTS(fresh), num_warmup=100_000, num_samples=10, num_chains=2,
+                chain_method="sequential", progress_bar=False)
+    start = time.perf_counter()
+    warm = bounded_warmup(mcmc, jax.random.key(0), (Y,), {}, deadline=start + 0.4,
+                          chunk=25, limit=start + 120.0)
+    assert min(warm.steps) > 25 and time.perf_counter() < start + 120.0
+    mcmc = MCMC(NUTS(fresh), num_warmup=100_000, num_samples=10, num_chains=2,
+                chain_method="sequential", progress_bar=False)
+    warm = bounded_warmup(mcmc, jax.random.key(0), (Y,), {}, deadline=0.0, limit=0.0)
+    assert warm.steps == (1, 1)
+
+
 def test_a_cut_warmup_keeps_the_averaged_step_size_and_stops_adapting():
     """Cut after 40 of 500 steps, a chain keeps ``exp(x̄)``, the dual-averaging mean that
     NumPyro itself keeps at a window's end, not the last iterate ``exp(x_t)``; its position is

@@ -447,7 +447,7 @@ def _sample(mcmc: MCMC, rng_key: Array, model_args: tuple, model_kwargs: dict,
                           deadline=(np.inf if deadline is None
                                     else start + share * (deadline - start)),
                           init_params=init_params, callback=warmup_callback,
-                          extra_fields=fields)
+                          extra_fields=fields, limit=deadline)
     steps = mcmc.warmup_steps = warm.steps
     mcmc.warmup_seconds = time.perf_counter() - start
     if min(steps) < mcmc.num_warmup:

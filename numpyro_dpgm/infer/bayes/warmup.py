@@ -77,6 +77,7 @@ def bounded_warmup(
     chunk: int = WARMUP_CHUNK,
     callback: Callable[[int, int, int, float], None] | None = None,
     extra_fields: Sequence[str] = (),
+    limit: float | None = None,
 ) -> Warmup:
     """Warm up every chain of ``mcmc`` until done or ``deadline``; set its post-warm-up state.
 
@@ -100,6 +101,13 @@ def bounded_warmup(
         The fields the draws will collect: warm-up steps the chains by the draws' own compiled
         program (:func:`~.extend.step_program`, its draws discarded), so that the run compiles
         its sampler once.
+    limit : float, optional
+        A time of :func:`time.perf_counter` that warm-up must not pass. Where given, the first
+        chain's set-up (its kernel's ``init`` and the first compiled call, which compile) is
+        not charged to ``deadline``: it moves ``deadline`` later by those seconds, but not
+        past ``limit``. A share of a time limit given as ``deadline`` is then a share of the
+        time spent stepping; otherwise a compilation as long as the share (tens of seconds on
+        a large collapsed model) would leave the chains after the first one step each.
 
     Returns
     -------
@@ -120,9 +128,11 @@ def bounded_warmup(
     for c in range(chains):
         params = (init_params if chains == 1 or init_params is None
                   else jax.tree.map(lambda x, c=c: x[c], init_params))
+        began = time.perf_counter()
         state = kernel.init(keys[c], total, params, model_args, model_kwargs)
         if c == 0:
             step = step_program(mcmc, extra_fields)
+            setup = time.perf_counter() - began
         share = (deadline - time.perf_counter()) / (chains - c)
         stop, steps = time.perf_counter() + share, 0
         while steps < total and (steps == 0 or time.perf_counter() < stop):
@@ -137,6 +147,8 @@ def bounded_warmup(
             step.ran = True
             if first is None:  # it compiled: the chains share what is left after it
                 first = seconds
+                if limit is not None:
+                    deadline = min(deadline + setup + first, limit)
                 stop = time.perf_counter() + (deadline - time.perf_counter()) / (chains - c)
             else:
                 paces.append(seconds / n)
