@@ -232,7 +232,8 @@ def run_nuts(
         (:func:`~.warmup.bounded_warmup`) and stops, keeping what it has adapted, once it has
         used :data:`WARMUP_SHARE` of the limit (:data:`WARMUP_SHARE_FIXED_METRIC` with the
         Laplace metric; with a ``ConvergenceWarning``; ``mcmc.warmup_steps``
-        says how far each chain got). The first draws and every further batch run one
+        says how far each chain got); the first chain's set-up and compilation are not
+        charged to that share (``bounded_warmup``'s ``limit``), only to the limit. The first draws and every further batch run one
         compiled program (:func:`~.extend.first_draws`) in calls of at most
         :data:`~.extend.DRAW_CHUNK` draws, sized to what the time left holds at the last
         call's pace (the first at the pace of warm-up's last steps, after a compilation as long
