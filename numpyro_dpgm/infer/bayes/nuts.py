@@ -229,20 +229,20 @@ def run_nuts(
         leak at the posterior mean ``θ`` exceeds the tolerance.
     time_limit : float, optional
         Seconds for the whole run, warm-up included. Warm-up then runs in chunks
-        (:func:`~.warmup.bounded_warmup`) and stops, keeping what it has adapted, once it has
-        used :data:`WARMUP_SHARE` of the limit (:data:`WARMUP_SHARE_FIXED_METRIC` with the
-        Laplace metric; with a ``ConvergenceWarning``; ``mcmc.warmup_steps``
-        says how far each chain got); the first chain's set-up and compilation are not
-        charged to that share (``bounded_warmup``'s ``limit``), only to the limit. The first draws and every further batch run one
-        compiled program (:func:`~.extend.first_draws`) in calls of at most
-        :data:`~.extend.DRAW_CHUNK` draws, sized to what the time left holds at the last
-        call's pace (the first at the pace of warm-up's last steps, after a compilation as long
-        as warm-up's), with the clock checked between calls: the first draws stop at the
-        limit, but not below :data:`MIN_FIRST_DRAWS` per chain (with a ``ConvergenceWarning``
-        when cut). After them, keep drawing batches of as many draws per chain
-        (:func:`~.extend.draw_until`: no new warm-up) while some parameter or latent cell has a
-        split R-hat above 1.01 or a bulk ESS below ``target_ess``, the last batch stopping short
-        at the limit. So the run ends within about one call of the limit.
+        (:func:`~.warmup.bounded_warmup`) and stops, keeping what it has adapted, once it has used
+        :data:`WARMUP_SHARE` of the limit (:data:`WARMUP_SHARE_FIXED_METRIC` with the Laplace
+        metric; with a ``ConvergenceWarning``; ``mcmc.warmup_steps`` says how far each chain got);
+        the first chain's set-up and compilation are not charged to that share
+        (``bounded_warmup``'s ``limit``), only to the limit. The first draws and every further
+        batch run one compiled program (:func:`~.extend.first_draws`) in calls of at most
+        :data:`~.extend.DRAW_CHUNK` draws, sized to what the time left holds at the last call's
+        pace (the first at the pace of warm-up's last steps, after a compilation as long as
+        warm-up's), with the clock checked between calls: the first draws stop at the limit, but
+        not below :data:`MIN_FIRST_DRAWS` per chain (with a ``ConvergenceWarning`` when cut). After
+        them, keep drawing batches of as many draws per chain (:func:`~.extend.draw_until`: no new
+        warm-up) while some parameter or latent cell has a split R-hat above 1.01 or a bulk ESS
+        below ``target_ess``, the last batch stopping short at the limit. So the run ends within
+        about one call of the limit.
         ``None`` (default): exactly ``num_samples`` draws per chain.
     target_ess : float
         The bulk ESS that ``time_limit``'s batches aim for (default 400).
