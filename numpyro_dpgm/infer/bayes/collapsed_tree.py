@@ -35,9 +35,8 @@ the ``k d²`` of forming the dense ``PᵀV⁻¹P`` (``P = Q L(θ)``, ``d = Σ_K 
 needs only ``log det H`` and ``H⁻¹`` applied to a few vectors, and ``H`` is a diagonal plus a
 low-rank matrix (:func:`_structured_message`), so :func:`tree_log_likelihood` (NUTS's target)
 costs ``O(|K| m² + m³)`` per clique, ``m`` twice the separator's cells plus the answers that
-read several cells and the children's separator cells (a clique with ``|K| ≤ m`` keeps its dense
-factor, the smaller matrix); the draws keep the dense factors. The downward
-pass (root first) draws the tables from their exact conditional given ``(θ, v, y)``:
+read several cells and the children's separator cells; the draws keep the dense factors. The
+downward pass (root first) draws the tables from their exact conditional given ``(θ, v, y)``:
 ``z_K = L^{-⊤}(f − F δn_S + ξ_K)``, ``ξ ∼ N(0, I)``, the forward-filtering, backward-sampling
 of a linear-Gaussian chain on a tree.
 Both passes use the deviations, so no term grows with ``N²``. JAX differentiates the pass.
@@ -248,10 +247,9 @@ def _structured_message(b: Any, p: Array, scale: Array, diag: Array, shift: Arra
     return 0.5 * (j_s + j_s.T), h_s, const
 
 
-#: The forms of (2)–(3) at a block: ``"dense"`` (a Cholesky factor of ``H``, ``|K| × |K|``,
-#: kept for the draws), ``"low_rank"`` (:func:`_structured_message`: ``C``, ``m × m``) and
-#: ``"auto"`` (per block the smaller of the two matrices: ``low_rank`` where ``m < |K|``).
-MESSAGE_FORMS = ("auto", "low_rank", "dense")
+#: The forms of (2)–(3) at a block: ``"low_rank"`` (:func:`_structured_message`: ``C``,
+#: ``m × m``) and ``"dense"`` (a Cholesky factor of ``H``, ``|K| × |K|``, kept for the draws).
+MESSAGE_FORMS = ("low_rank", "dense")
 
 
 def _upward(tree: ReleaseTree, conditionals: list, total: Array, residual: Array,
@@ -273,11 +271,11 @@ def _upward(tree: ReleaseTree, conditionals: list, total: Array, residual: Array
             shift = shift + messages[j][1][tree.blocks[j].to_sep]
             const = const + messages[j][2]
         scale = jnp.sqrt(total * mu_s)  # (rows, 1)
-        single = np.count_nonzero(tb.read, axis=1) == 1
-        spread = np.concatenate([tb.read[~single].T, _child_indicators(tree, i)], axis=1)
-        if form == "low_rank" or (form == "auto" and 2 * b.rows + spread.shape[1] < size):
+        if form == "low_rank":
             # single-cell answers give J's diagonal; answers that read several cells (a
             # marginal, a query) and the children's messages its low-rank part U W Uᵀ
+            single = np.count_nonzero(tb.read, axis=1) == 1
+            spread = np.concatenate([tb.read[~single].T, _child_indicators(tree, i)], axis=1)
             cells = np.argmax(tb.read[single] != 0, axis=1)
             coef = read[np.flatnonzero(single), cells]
             diag = jax.ops.segment_sum(coef**2 * precision[single], cells, num_segments=size)
@@ -313,7 +311,7 @@ def _child_indicators(tree: ReleaseTree, i: int) -> np.ndarray:
 
 
 def tree_log_likelihood(tree: ReleaseTree, conditionals: list, total: Array, residual: Array,
-                        variance: Array, form: str = "auto") -> Array:
+                        variance: Array, form: str = "low_rank") -> Array:
     r"""``log N(r; 0, Q NΣ(θ) Qᵀ + diag v)`` by the upward pass (2)–(3).
 
     Parameters
@@ -328,15 +326,11 @@ def tree_log_likelihood(tree: ReleaseTree, conditionals: list, total: Array, res
         ``r = y − Q Nμ(θ)`` (:func:`tree_answers`).
     variance : array ``(answers,)``
         The noise variances ``v``.
-    form : {"auto", "low_rank", "dense"}
-        How each block's message is computed (:data:`MESSAGE_FORMS`): ``"low_rank"`` by the
-        diagonal-plus-low-rank form of :func:`_structured_message` (``O(|K| m² + m³)``),
-        ``"dense"`` by a Cholesky factor of ``H`` (``|K|³``), as the draws' pass does;
-        ``"auto"`` (default) per block the form whose matrix is the smaller: a small
-        clique's dense factor takes fewer array operations than the low-rank form's pivoted
-        LU. On Adult's 842-cell tree (eight cliques of 10–240 cells; three take the dense
-        form) a value and gradient took 3.60 ms (median; 2.79 ms 10th percentile) against
-        3.67 (2.95) for ``"low_rank"`` and 11.2 (9.0) for ``"dense"``, one thread, load 1.7–2.1.
+    form : {"low_rank", "dense"}
+        How each block's message is computed (:data:`MESSAGE_FORMS`): ``"low_rank"``
+        (default) by the diagonal-plus-low-rank form of :func:`_structured_message`
+        (``O(|K| m² + m³)``), ``"dense"`` by a Cholesky factor of ``H`` (``|K|³``), as the
+        draws' pass does.
 
     Returns
     -------
