@@ -63,33 +63,9 @@ from .harness import (
     new_record,
     write_results,
 )
-from .workloads import ADULT_EDGES, adult_data, user_model_of
+from .workloads import adult_release, user_model_of
 
 DESCRIPTION = "collapsed Gibbs (counts integrated out of θ's update) on a 321-cell Laplace release"
-
-#: The tree of three 2-way cliques (321 cells): a chain over four of Adult's attributes.
-EDGES = [("workclass", "occupation"), ("occupation", "relationship"),
-         ("relationship", "education-num")]
-
-
-def build(records: int, eps: float, seed: int, edges: str = "chain",
-          ) -> tuple[Any, Any, np.ndarray]:
-    """The model of the release, its data set and the true tables (network layout):
-    ``records`` drawn from the fitted tree of ``edges`` (0: Adult's own records)."""
-    import jax
-
-    from numpyro_dpgm import MarkovNetwork
-    from numpyro_dpgm.infer.bayes import noisy_marginals_model
-    from numpyro_dpgm.privacy import simulate_release
-
-    chain = edges == "chain"
-    edges = EDGES if chain else ADULT_EDGES[edges]
-    data, with_one_way = adult_data(edges, records or None, seed)
-    net = MarkovNetwork(data.domain, edges) if chain else with_one_way
-    ms = simulate_release(data, list(net.cliques), eps, jax.random.key(seed + 7))
-    truth = net.flatten(data.count(list(net.cliques)))
-    return noisy_marginals_model(net, ms, int(data.total)), data, np.asarray(truth, float)
-
 
 def gradient_ms(model: Any, repeats: int = 30) -> dict[str, Any]:
     """Milliseconds per value and gradient of the collapsed log likelihood in ``φ``
@@ -350,7 +326,7 @@ def main(args: argparse.Namespace) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    model, data, truth = build(args.records, args.eps, args.seed, args.edges)
+    model, data, truth = adult_release(args.records, args.eps, args.seed, args.edges)
     record = new_record("collapsed", vars(args) | {"out": str(args.out)}, rows=[])
     row: dict[str, Any] = {
         "records": int(data.total), "eps": args.eps, "cells": int(model.network.num_params),
@@ -379,7 +355,7 @@ def main(args: argparse.Namespace) -> int:
     print(json.dumps(row, default=json_default), flush=True)
     for r in range(1, args.releases if not (args.laplace or args.no_run) else 1):
         write_results(args.out, args.tag, record, record["rows"])  # kept if a release fails
-        model, _, truth = build(args.records, args.eps, args.seed + r, args.edges)
+        model, _, truth = adult_release(args.records, args.eps, args.seed + r, args.edges)
         record["rows"].append(release(dict(base, release=r), model, truth, args))
         print(json.dumps(record["rows"][-1], default=json_default), flush=True)
     paths = write_results(args.out, args.tag, record, record["rows"])

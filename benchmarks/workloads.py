@@ -27,8 +27,9 @@ from typing import Any, NamedTuple
 import networkx as nx
 import numpy as np
 
-__all__ = ["ADULT_EDGES", "QUERY", "RELEASE_DATA", "RELEASE_ERRORS", "SHARED_DATA", "Clique",
-           "Workload", "add_release_arguments", "adult_data", "adult_workload",
+__all__ = ["ADULT_EDGES", "CHAIN_EDGES", "QUERY", "RELEASE_DATA", "RELEASE_ERRORS",
+           "SHARED_DATA", "Clique", "Workload", "add_release_arguments", "adult_data",
+           "adult_release", "adult_workload",
            "available_release_data", "mbi_problem",
            "mutual_information", "release_cases", "releases", "seed002_records",
            "seed002_release", "shared_dataset", "three_way_workload", "tree_workload",
@@ -239,6 +240,32 @@ ADULT_EDGES = {
                      ("occupation", "workclass"), ("income>50K", "hours-per-week")],
     "capital": [("income>50K", "capital-gain"), ("capital-gain", "capital-loss")],
 }
+
+
+#: The tree of three 2-way cliques (321 cells): a chain over four of Adult's attributes.
+CHAIN_EDGES = [("workclass", "occupation"), ("occupation", "relationship"),
+               ("relationship", "education-num")]
+
+
+def adult_release(records: int, eps: float, seed: int, edges: str = "chain",
+                  ) -> tuple[Any, Any, np.ndarray]:
+    """The model of a Laplace release at ``eps`` of Adult's tables, its data set and the true
+    tables (network layout): ``records`` drawn from the fitted tree of ``edges`` (0: Adult's own
+    records); ``edges`` is ``"chain"`` (:data:`CHAIN_EDGES`, the tables alone) or a key of
+    :data:`ADULT_EDGES` (with its one-way tables)."""
+    import jax
+
+    from numpyro_dpgm import MarkovNetwork
+    from numpyro_dpgm.infer.bayes import noisy_marginals_model
+    from numpyro_dpgm.privacy import simulate_release
+
+    chain = edges == "chain"
+    edges = CHAIN_EDGES if chain else ADULT_EDGES[edges]
+    data, with_one_way = adult_data(edges, records or None, seed)
+    net = MarkovNetwork(data.domain, edges) if chain else with_one_way
+    ms = simulate_release(data, list(net.cliques), eps, jax.random.key(seed + 7))
+    truth = net.flatten(data.count(list(net.cliques)))
+    return noisy_marginals_model(net, ms, int(data.total)), data, np.asarray(truth, float)
 
 
 def adult_data(edges: Sequence[Clique], records: int | None, seed: int) -> tuple[Any, Any]:
