@@ -22,7 +22,7 @@ import benchmarks  # noqa: E402
 from benchmarks import harness, workloads  # noqa: E402
 from benchmarks.__main__ import main as bench_main  # noqa: E402
 
-NAMES = {"appgm", "appgm_scale", "bayes", "cgm", "cgm_defaults", "cli_cache", "collapsed",
+NAMES = {"appgm", "appgm_scale", "bayes", "cgm", "cgm_defaults", "cli_cache", "collapsed", "cores",
          "compile_time", "converge", "coverage", "coverage_user", "em_variants", "gibbs",
          "mechanisms", "naive_l2", "nuts_fit", "oracle", "rhat_floor", "scale", "stopping",
          "synth_memory", "user_model"}
