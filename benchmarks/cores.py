@@ -184,6 +184,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if not hasattr(os, "sched_setaffinity"):
+        print("cores pins processes to cores with os.sched_setaffinity, which this platform "
+              "lacks (Linux has it)", file=sys.stderr)
+        return 2
     if args.worker is not None:
         return worker(args)
     cores = sorted(os.sched_getaffinity(0))
