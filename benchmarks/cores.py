@@ -21,8 +21,8 @@ Each arrangement runs in fresh processes (``--rounds`` times, the arrangements i
 the workers build the release (:func:`benchmarks.workloads.adult_release`, ``--edges``),
 compile, report ready, and start timing together. A row: the arrangement, its processes and
 threads, the wall seconds of the timed calls (the slowest worker's), the gradients computed
-in all, gradients per second, milliseconds per gradient per worker (each worker's), CPU seconds,
-the load average before and after.
+in all, gradients per second, milliseconds per gradient of each worker's thread or device,
+CPU seconds, the load average before and after.
 
 Run ``python -m benchmarks cores [--edges mid] [--steps 100] [--repeats 10] [--rounds 2]``;
 writes ``cores-cpu.json`` (``--tag``) under ``--out``.
@@ -117,7 +117,7 @@ def worker(args: argparse.Namespace) -> int:
         for t in running:
             t.join()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    print(json.dumps({"seconds": wall, "cpu_seconds": cpu,
+    print(json.dumps({"seconds": wall, "cpu_seconds": cpu, "streams": threads * copies,
                       "gradients": args.repeats * args.steps * threads * copies}), flush=True)
     return 0
 
@@ -132,6 +132,15 @@ def _launch(args: argparse.Namespace, mode: str, pin: int | None, env: dict) -> 
                             env=env)
 
 
+def _report(worker_process: Any) -> dict[str, Any]:
+    """The worker's next line of JSON, or an error that says it ended without one."""
+    line = worker_process.stdout.readline()
+    if not line:
+        raise RuntimeError(f"a cores worker ended without reporting (exit status "
+                           f"{worker_process.wait()}); its error is printed above")
+    return json.loads(line)
+
+
 def arrangement(args: argparse.Namespace, name: str, cores: list[int]) -> dict[str, Any]:
     """Run one arrangement's workers together; its row."""
     env = dict(os.environ)
@@ -143,11 +152,11 @@ def arrangement(args: argparse.Namespace, name: str, cores: list[int]) -> dict[s
             "process-per-core": cores}.get(name, [None])
     load_before = load_average()
     workers = [_launch(args, mode, pin, env) for pin in pins]
-    ready = [json.loads(w.stdout.readline())["ready"] for w in workers]
+    ready = [_report(w)["ready"] for w in workers]
     for w in workers:
         w.stdin.write("go\n")
         w.stdin.flush()
-    reports = [json.loads(w.stdout.readline()) for w in workers]
+    reports = [_report(w) for w in workers]
     for w in workers:
         w.wait()
     seconds = max(r["seconds"] for r in reports)
@@ -157,8 +166,8 @@ def arrangement(args: argparse.Namespace, name: str, cores: list[int]) -> dict[s
             "pinned": [p for p in pins if p is not None], "setup_s": ready,
             "seconds": seconds, "gradients": gradients,
             "gradients_per_s": gradients / seconds,
-            "ms_per_gradient_per_worker": [1e3 * r["seconds"] / r["gradients"] * (
-                len(cores) if name in ("threads", "host-devices") else 1) for r in reports],
+            "ms_per_gradient_per_worker": [1e3 * r["seconds"] * r["streams"] / r["gradients"]
+                                           for r in reports],
             "cpu_s": sum(r["cpu_seconds"] for r in reports),
             "load_before": load_before, "load_after": load_average()}
 
