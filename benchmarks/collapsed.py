@@ -219,6 +219,7 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     row["path_reason"] = mcmc.path_reason
     row["metric"] = mcmc.metric
     row["warmup_steps"] = list(getattr(mcmc, "warmup_steps", ()))
+    row["processes"] = int(getattr(mcmc, "processes", 1))
     pilot = getattr(mcmc, "pilot", None)
     row.update({k: float(v) for k, v in (
         ("pilot_s", getattr(pilot, "seconds", None)), ("map_s", getattr(mcmc, "map_seconds", None)),
@@ -293,9 +294,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --metric adapt: a dense mass matrix adapted in warm-up")
     parser.add_argument("--metric", choices=("laplace", "pilot", "adapt"), default=None,
                         help="run_nuts's metric (default its own: pilot on this path)")
-    parser.add_argument("--chain-method", choices=("sequential", "parallel"), default="sequential",
+    parser.add_argument("--chain-method", choices=("sequential", "parallel", "processes"),
+                        default="sequential",
                         help="parallel: one device per chain (on a CPU, XLA_FLAGS="
-                             "--xla_force_host_platform_device_count=CHAINS)")
+                             "--xla_force_host_platform_device_count=CHAINS); processes: a "
+                             "pinned process per core")
     parser.add_argument("--gradient", action="store_true",
                         help="also time one value and gradient (tree pass vs dense)")
     parser.add_argument("--no-run", action="store_true", help="skip the sampler run")

@@ -99,6 +99,7 @@ LAYERS = {
     "numpyro_dpgm.infer.bayes.checks": INFER,
     "numpyro_dpgm.infer.bayes.extend": INFER,
     "numpyro_dpgm.infer.bayes.warmup": INFER,
+    "numpyro_dpgm.infer.bayes.team": INFER,
     "numpyro_dpgm.infer.bayes.relax": INFER,
     "numpyro_dpgm.infer.sensitivity": INFER,
     "numpyro_dpgm.infer.bayes.nuts": INFER,

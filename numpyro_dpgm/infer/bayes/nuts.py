@@ -89,6 +89,8 @@ from .pilot_map import (
     map_inverse,
     sinh_arcsinh_map,
 )
+from .team import Leader, Member, chain_shares, deadline_in, lead, seconds_to, team_cores
+from .team import current as current_team
 from .warmup import bounded_warmup
 
 __all__ = ["DENSE_MAX_DIM", "NUTS_FIELDS", "NUTS_METRICS", "PILOT_DRAWS", "PILOT_SHARE",
@@ -168,11 +170,18 @@ def run_nuts(
         starting tables are a CGM draw of ``N`` records at the starting ``θ`` per chain.
     radius : float
         Jitter of each chain's start in the unconstrained space (:func:`init_to_interior`).
-    chain_method : {"auto", "sequential", "parallel", "vectorized"}
+    chain_method : {"auto", "sequential", "parallel", "vectorized", "processes"}
         ``"auto"`` (default): ``"parallel"`` where JAX has a device per chain (on a CPU, set
         ``numpyro.set_host_device_count(num_chains)`` before JAX starts; ``dpgm fit`` does),
         else ``"sequential"``. The exact path with ``θ`` inferred runs ``"vectorized"`` as
         ``"sequential"`` (:class:`numpyro.infer.HMCGibbs` takes one key at a time).
+        ``"processes"`` (CPU, Linux): the chains shared out over a process per core, this one
+        and fresh ones, each pinned to its core and running its chains one after another
+        (:mod:`~numpyro_dpgm.infer.bayes.team`): the pilot's draws pooled for one map, the
+        convergence of all chains checked between batches, their draws joined into the one
+        run returned (``mcmc.processes`` says how many processes ran; the run cannot be
+        continued by ``draw_more``). The model and its arguments must pickle with
+        ``cloudpickle``; ``callback`` and ``warmup_callback`` see this process's chains.
     progress_bar : bool
     target_accept_prob, max_tree_depth :
         NUTS options.
@@ -277,6 +286,15 @@ def run_nuts(
     started = time.perf_counter()
     if metric not in (None, *NUTS_METRICS):
         raise ValueError(f"metric must be one of {NUTS_METRICS} or None, got {metric!r}")
+    if chain_method == "processes":
+        settings = dict(
+            num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains, init=init,
+            radius=radius, progress_bar=progress_bar, target_accept_prob=target_accept_prob,
+            dense_mass=dense_mass, metric=metric, max_tree_depth=max_tree_depth, exact=exact,
+            collapsed=collapsed, gibbs_moves=gibbs_moves, interweave=interweave, check=check,
+            time_limit=time_limit, target_ess=target_ess, callback=callback,
+            warmup_callback=warmup_callback)
+        return _run_team(model, rng_key, model_args, model_kwargs, settings)
     deadline = None if time_limit is None else started + float(time_limit)
     method = resolve_chain_method(chain_method, num_chains)
     values = init_values(model, init)
@@ -361,16 +379,22 @@ def run_nuts(
 def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: float,
             callback: Callable[[MCMC, int], None] | None, check: bool, max_tree_depth: int,
             ) -> MCMC:
-    """Further batches within ``time_limit``, the convergence figures and the warnings."""
+    """Further batches within ``time_limit``, the convergence figures and the warnings; in a
+    team's run (``chain_method="processes"``), over every process's chains."""
     sampled, path, fields = mcmc.model, mcmc.path, mcmc.fields
     mcmc.metric = getattr(mcmc, "metric", "adapt")  # set by the collapsed paths
     mcmc.laplace = getattr(mcmc, "laplace", None)
+    team = current_team()
     if time_limit is not None:
         spent = time.perf_counter() - started
 
+        def decide(draws: dict[str, Any]) -> bool:
+            mcmc.convergence = _figures_of(draws, max_tree_depth)
+            return converged(mcmc.convergence, target_ess)
+
         def done(m: MCMC) -> bool:
-            m.convergence = _figures(m, sampled, max_tree_depth)
-            return converged(m.convergence, target_ess)
+            draws = _checked_draws(m, sampled)
+            return decide(draws) if team is None else team.converged(draws, decide)
 
         # a draw of every chain is expected to take what it took in the first draws; without
         # timed first draws (no warm-up), the whole call so far spread over them
@@ -378,7 +402,12 @@ def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: fl
         began = time.perf_counter()
         mcmc.batches = draw_until(mcmc, done, started + time_limit, pace, fields, callback)
         mcmc.batches_seconds = time.perf_counter() - began
-    if check and time_limit is None:  # draw_until's last check saw every draw
+    if isinstance(team, Member):
+        team.join(mcmc._states, {"warmup_steps": tuple(mcmc.warmup_steps)})
+    elif team is not None:
+        _join(mcmc, team)
+    mcmc.processes = getattr(mcmc, "processes", 1)
+    if check and (time_limit is None or team is not None):  # else draw_until's last check
         mcmc.convergence = _figures(mcmc, sampled, max_tree_depth)
     if check:
         _check(mcmc, sampled, path)
@@ -636,7 +665,10 @@ def _run_mapped(model: Callable[..., Any], rng_key: Array, chosen: Any,
     grouped = pilot.get_samples(group_by_chain=True)
     # z = loc + L u under the linear map: the pilot's draws of the model's sites, flattened
     z = loc + grouped[MAPPED_SITE] @ the_map.value.chol.T
-    the_map.value = fit_sinh_arcsinh(z.reshape(-1, loc.size), loc, the_map.value.chol)
+    rows, team = z.reshape(-1, loc.size), current_team()
+    if team is not None:  # every process's pilot draws, for one map (chain_method="processes")
+        rows = team.pool(np.asarray(rows))
+    the_map.value = fit_sinh_arcsinh(rows, loc, the_map.value.chol)
     mapped = ChosenMetric("pilot", unit, mapped_starts(
         z[:, -1], **{f"{s.name}_v": grouped[f"{s.name}_v"][:, -1] for s in plan.sites
                      if s.laplace.size}), found)
@@ -684,10 +716,23 @@ def _run_user_exact(model: Callable[..., Any], rng_key: Array, model_args: tuple
 
 
 def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
-    """The run's :class:`~.checks.ConvergenceFigures` over every parameter and latent cell:
-    ``φ``, ``θ`` and ``n`` of the library's model (``n`` where ``θ`` is fixed); every site of
-    a model of your own but the collapsed path's auxiliary ``ξ`` and ``v`` and the noise's
-    location ``mu``, a function of the tables."""
+    """The run's :class:`~.checks.ConvergenceFigures` over every parameter and latent cell
+    (:func:`_checked_draws`)."""
+    return _figures_of(_checked_draws(mcmc, model), max_tree_depth)
+
+
+def _figures_of(draws: dict[str, Any], max_tree_depth: int) -> Any:
+    """:class:`~.checks.ConvergenceFigures` of :func:`_checked_draws`'s ``draws``."""
+    return convergence_figures(draws["samples"], list(draws["samples"]),
+                               draws.get("num_steps"), max_tree_depth, draws.get("diverging"))
+
+
+def _checked_draws(mcmc: MCMC, model: Any) -> dict[str, Any]:
+    """The draws the convergence checks read, grouped by chain: ``"samples"`` of every
+    parameter and latent cell (``φ``, ``θ`` and ``n`` of the library's model, ``n`` where ``θ``
+    is fixed; every site of a model of your own but the collapsed path's auxiliary ``ξ`` and
+    ``v`` and the noise's location ``mu``, a function of the tables) and NUTS's
+    ``"num_steps"`` and ``"diverging"`` where the run has them."""
     samples = mcmc.get_samples(group_by_chain=True)
     if isinstance(model, NoisyMarginalsModel):
         sites = ["phi", "theta", "n"] if model.theta is None else ["n"]
@@ -698,8 +743,48 @@ def _figures(mcmc: MCMC, model: Any, max_tree_depth: int) -> Any:
         auxiliary.add(MAPPED_SITE)
         sites = [k for k in samples if k != "mu" and k not in auxiliary]
     extra = mcmc.get_extra_fields(group_by_chain=True)
-    return convergence_figures(samples, sites, extra.get("num_steps"), max_tree_depth,
-                               extra.get("diverging"))
+    draws = {"samples": {k: samples[k] for k in sites if k in samples}}
+    draws.update({k: extra[k] for k in ("num_steps", "diverging") if k in extra})
+    return draws
+
+
+def _join(mcmc: MCMC, leader: Leader) -> None:
+    """The team's draws in ``mcmc``: every member's chains after this process's."""
+    mcmc._states, notes = leader.join(mcmc._states)
+    mcmc._states_flat, mcmc._last_state = None, None
+    mcmc.num_chains = int(jax.tree.leaves(mcmc._states)[0].shape[0])
+    mcmc.warmup_steps = tuple(mcmc.warmup_steps) + sum((n["warmup_steps"] for n in notes), ())
+    mcmc.processes = leader.size
+
+
+def _run_team(model: Any, rng_key: Array, model_args: tuple, model_kwargs: dict,
+              settings: dict[str, Any]) -> MCMC:
+    """``chain_method="processes"``: the chains shared out over a process per core
+    (:mod:`.team`), each process with a key of its own and the same wall-clock deadline."""
+    shares = chain_shares(settings["num_chains"], len(team_cores()))
+    keys = jax.random.split(rng_key, len(shares))
+    if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
+        keys = jax.random.key_data(keys)
+    keys = np.asarray(keys)
+    wall = deadline_in(settings["time_limit"])
+    own = {**settings, "num_chains": shares[0], "chain_method": "sequential"}
+    if len(shares) == 1:
+        return run_nuts(model, keys[0], *model_args, **own, **model_kwargs)
+    runs = [functools.partial(_member_run, model, keys[i], model_args, model_kwargs,
+                              {**own, "num_chains": shares[i], "progress_bar": False,
+                               "check": False, "callback": None, "warmup_callback": None},
+                              wall)
+            for i in range(1, len(shares))]
+    with lead(runs, bool(jax.config.jax_enable_x64)):
+        return run_nuts(model, keys[0], *model_args,
+                        **{**own, "time_limit": seconds_to(wall)}, **model_kwargs)
+
+
+def _member_run(model: Any, rng_key: Array, model_args: tuple, model_kwargs: dict,
+                settings: dict[str, Any], wall: float | None) -> None:
+    """A team member's share of :func:`_run_team`'s run (in its own process)."""
+    run_nuts(model, rng_key, *model_args, **{**settings, "time_limit": seconds_to(wall)},
+             **model_kwargs)
 
 
 def _check(mcmc: MCMC, model: Any, path: str) -> None:
