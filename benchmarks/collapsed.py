@@ -220,6 +220,8 @@ def run(model: Any, truth: np.ndarray, args: argparse.Namespace) -> dict[str, An
     row["metric"] = mcmc.metric
     row["warmup_steps"] = list(getattr(mcmc, "warmup_steps", ()))
     row["processes"] = int(getattr(mcmc, "processes", 1))
+    if hasattr(mcmc, "team_notes"):  # each process's warm-up, draws, pace and phases
+        row["team_notes"] = mcmc.team_notes
     pilot = getattr(mcmc, "pilot", None)
     row.update({k: float(v) for k, v in (
         ("pilot_s", getattr(pilot, "seconds", None)), ("map_s", getattr(mcmc, "map_seconds", None)),

@@ -138,6 +138,9 @@ def test_a_team_samples_the_posterior_of_one_process():
     one = run_nuts(_release_model, jax.random.key(1), Y, collapsed=True, num_chains=4,
                    num_samples=1000, check=False)
     assert team.processes == 2 and team.num_chains == 4 and len(team.warmup_steps) == 4
+    held = team.get_samples(group_by_chain=True)["theta"].shape[1]
+    assert [len(n["warmup_steps"]) for n in team.team_notes] == [2, 2]
+    assert min(n["draws"] for n in team.team_notes) == held  # cut to the fewest
     assert team.metric == "pilot" and team.convergence.min_ess_bulk >= 1500
     draws = team.get_samples(group_by_chain=True)
     assert draws["n"].shape[:2] == (4, draws["theta"].shape[1]) and team.batches >= 1

@@ -179,9 +179,12 @@ def run_nuts(
         and fresh ones, each pinned to its core and running its chains one after another
         (:mod:`~numpyro_dpgm.infer.bayes.team`): the pilot's draws pooled for one map, the
         convergence of all chains checked between batches, their draws joined into the one
-        run returned (``mcmc.processes`` says how many processes ran; the run cannot be
-        continued by ``draw_more``). The model and its arguments must pickle with
-        ``cloudpickle``; ``callback`` and ``warmup_callback`` see this process's chains.
+        run returned (``mcmc.processes`` says how many processes ran, ``mcmc.team_notes``
+        what each did; the run cannot be continued by ``draw_more``). The model and its
+        arguments must pickle with ``cloudpickle``; ``callback`` and ``warmup_callback`` see
+        this process's chains. Not chosen by ``"auto"``: each process pays the set-up and
+        compilation on one core, and on Adult's 842-cell release that cost more than the
+        cores gave back (:mod:`~numpyro_dpgm.infer.bayes.team`).
     progress_bar : bool
     target_accept_prob, max_tree_depth :
         NUTS options.
@@ -403,7 +406,7 @@ def _finish(mcmc: MCMC, started: float, time_limit: float | None, target_ess: fl
         mcmc.batches = draw_until(mcmc, done, started + time_limit, pace, fields, callback)
         mcmc.batches_seconds = time.perf_counter() - began
     if isinstance(team, Member):
-        team.join(mcmc._states, {"warmup_steps": tuple(mcmc.warmup_steps)})
+        team.join(mcmc._states, _notes(mcmc))
     elif team is not None:
         _join(mcmc, team)
     mcmc.processes = getattr(mcmc, "processes", 1)
@@ -748,9 +751,24 @@ def _checked_draws(mcmc: MCMC, model: Any) -> dict[str, Any]:
     return draws
 
 
+def _notes(mcmc: MCMC) -> dict[str, Any]:
+    """What a process of a team says of its run besides its draws: its warm-up steps, draws
+    held, seconds per draw of its chains and its phases' seconds (``None`` where not run)."""
+    pilot = getattr(mcmc, "pilot", None)
+    return {"warmup_steps": tuple(mcmc.warmup_steps), "draws": draws_held(mcmc),
+            "draw_pace": getattr(mcmc, "draw_pace", None),
+            **{k: getattr(mcmc, k, None) for k in ("warmup_seconds", "draws_seconds",
+                                                    "batches_seconds", "map_seconds")},
+            "pilot_seconds": getattr(pilot, "seconds", None),
+            "laplace_seconds": getattr(mcmc.laplace, "seconds", None)}
+
+
 def _join(mcmc: MCMC, leader: Leader) -> None:
-    """The team's draws in ``mcmc``: every member's chains after this process's."""
+    """The team's draws in ``mcmc``: every member's chains after this process's;
+    ``mcmc.team_notes`` what each process said of its run (:func:`_notes`), this one's first."""
+    own = _notes(mcmc)
     mcmc._states, notes = leader.join(mcmc._states)
+    mcmc.team_notes = [own, *notes]
     mcmc._states_flat, mcmc._last_state = None, None
     mcmc.num_chains = int(jax.tree.leaves(mcmc._states)[0].shape[0])
     mcmc.warmup_steps = tuple(mcmc.warmup_steps) + sum((n["warmup_steps"] for n in notes), ())
@@ -775,9 +793,14 @@ def _run_team(model: Any, rng_key: Array, model_args: tuple, model_kwargs: dict,
                                "check": False, "callback": None, "warmup_callback": None},
                               wall)
             for i in range(1, len(shares))]
-    with lead(runs, bool(jax.config.jax_enable_x64)):
-        return run_nuts(model, keys[0], *model_args,
-                        **{**own, "time_limit": seconds_to(wall)}, **model_kwargs)
+    with warnings.catch_warnings(record=True) as caught:  # said again where run_nuts was called
+        warnings.simplefilter("always")
+        with lead(runs, bool(jax.config.jax_enable_x64)):
+            mcmc = run_nuts(model, keys[0], *model_args,
+                            **{**own, "time_limit": seconds_to(wall)}, **model_kwargs)
+    for w in caught:
+        warnings.warn(w.message, w.category, stacklevel=3)
+    return mcmc
 
 
 def _member_run(model: Any, rng_key: Array, model_args: tuple, model_kwargs: dict,

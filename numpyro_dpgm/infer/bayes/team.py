@@ -22,8 +22,15 @@ The model, its arguments and the run's options travel to the members by ``cloudp
 model written in a notebook or a script's ``__main__`` runs there too; a member started with
 ``python -c`` imports no ``__main__`` of the caller. A member that fails sends its traceback,
 which the leader raises as a :class:`TeamError`; the leader ends its members when it leaves
-the run, failed or not. :func:`current` is the team of the run in progress (``None`` outside
-a team's run): the points above are no-ops without one.
+the run, failed or not; a member's warnings are silenced (the leader warns, over every chain).
+:func:`current` is the team of the run in progress (``None`` outside a team's run): the points
+above are no-ops without one.
+
+Not the default, because it does not yet pay: every process computes the Laplace metric's mode
+and compiles the sampler itself, on one core, where one process does both once on every core;
+on Adult's 842-cell release with ``time_limit=600`` that set-up took about a third of the
+limit in each process, and the run ended further from convergence than one process's
+(``docs/measurements.md``, "Chains on a team of processes").
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
@@ -254,6 +262,7 @@ def _member(fd: int) -> None:
 
         jax.config.update("jax_enable_x64", job["x64"])
         run = pickle.loads(job["run"])  # cloudpickle's output loads with pickle
+        warnings.simplefilter("ignore")  # the leader warns, over every chain
         token = _CURRENT.set(Member(conn))
         try:
             run()
