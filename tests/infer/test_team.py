@@ -17,7 +17,7 @@ from numpyro.diagnostics import effective_sample_size
 
 from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
 from numpyro_dpgm.infer.bayes import run_nuts
-from numpyro_dpgm.infer.bayes.team import Leader, Member, TeamError
+from numpyro_dpgm.infer.bayes.team import SHARED_SETTINGS, Leader, Member, TeamError, _job
 from numpyro_dpgm.network import MarkovNetwork
 
 numpyro.enable_x64()
@@ -117,6 +117,32 @@ def test_a_member_that_is_gone_is_a_clear_error():
     leader = Leader([(Ended(), ours)])
     with pytest.raises(TeamError, match="worker process 1 ended .exit code 3."):
         leader.pool(np.zeros((1, 1)))
+
+
+def test_a_member_gets_the_callers_module_path_jax_settings_and_run(tmp_path):
+    import pickle
+    import sys
+
+    with _cache(tmp_path):
+        job = pickle.loads(_job(len))
+    assert job["path"] == sys.path and pickle.loads(job["run"]) is len
+    assert set(job["settings"]) == set(SHARED_SETTINGS)
+    assert job["settings"]["jax_enable_x64"] is True
+    assert job["settings"]["jax_compilation_cache_dir"] == str(tmp_path)
+
+
+class _cache:
+    """JAX's persistent compilation cache in ``folder`` for the block."""
+
+    def __init__(self, folder):
+        self.folder, self.held = str(folder), None
+
+    def __enter__(self):
+        self.held = jax.config.jax_compilation_cache_dir
+        jax.config.update("jax_compilation_cache_dir", self.folder)
+
+    def __exit__(self, *exc):
+        jax.config.update("jax_compilation_cache_dir", self.held)
 
 
 def _release_model(y):

@@ -795,7 +795,7 @@ def _run_team(model: Any, rng_key: Array, model_args: tuple, model_kwargs: dict,
             for i in range(1, len(shares))]
     with warnings.catch_warnings(record=True) as caught:  # said again where run_nuts was called
         warnings.simplefilter("always")
-        with lead(runs, bool(jax.config.jax_enable_x64)):
+        with lead(runs):
             mcmc = run_nuts(model, keys[0], *model_args,
                             **{**own, "time_limit": seconds_to(wall)}, **model_kwargs)
     for w in caught:

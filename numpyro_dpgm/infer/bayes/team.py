@@ -51,7 +51,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Leader", "Member", "TeamError", "chain_shares", "current", "lead", "team_cores"]
+__all__ = ["SHARED_SETTINGS", "Leader", "Member", "TeamError", "chain_shares", "current", "lead",
+           "team_cores"]
 
 _CURRENT: contextvars.ContextVar[Leader | Member | None] = contextvars.ContextVar(
     "numpyro_dpgm_team", default=None)
@@ -211,19 +212,30 @@ def _start(core: int, job: bytes) -> tuple[subprocess.Popen, Connection]:
     return proc, conn
 
 
-def _job(run: Callable[..., Any], x64: bool) -> bytes:
-    import cloudpickle
+#: The JAX settings a member takes from the caller: 64-bit values, and the persistent
+#: compilation cache (so that a member loads what an earlier run compiled).
+SHARED_SETTINGS = ("jax_enable_x64", "jax_compilation_cache_dir",
+                   "jax_persistent_cache_min_compile_time_secs",
+                   "jax_persistent_cache_min_entry_size_bytes")
 
-    return pickle.dumps({"path": list(sys.path), "x64": bool(x64),
+
+def _job(run: Callable[..., Any]) -> bytes:
+    """What a member is sent: the caller's module path, :data:`SHARED_SETTINGS` and ``run``."""
+    import cloudpickle
+    import jax
+
+    return pickle.dumps({"path": list(sys.path),
+                         "settings": {k: getattr(jax.config, k) for k in SHARED_SETTINGS},
                          "run": cloudpickle.dumps(run)})
 
 
 @contextmanager
-def lead(runs: Sequence[Callable[[], Any]], x64: bool) -> Iterator[Leader]:
+def lead(runs: Sequence[Callable[[], Any]]) -> Iterator[Leader]:
     """A team of this process and one member per entry of ``runs`` (each a call of no
-    arguments that runs the member's share, shipped by ``cloudpickle``), the leader pinned to
-    the first of :func:`team_cores` and member ``i`` to the ``i + 1``-th while the block runs
-    (the leader's cores restored after). ``x64``: JAX's ``jax_enable_x64`` in the members."""
+    arguments that runs the member's share, shipped by ``cloudpickle``, in a JAX with this
+    process's :data:`SHARED_SETTINGS`), the leader pinned to the first of :func:`team_cores`
+    and member ``i`` to the ``i + 1``-th while the block runs (the leader's cores restored
+    after)."""
     cores = team_cores()
     if len(runs) >= len(cores):
         raise ValueError(f"a team of {len(runs) + 1} processes needs as many cores; this "
@@ -231,7 +243,7 @@ def lead(runs: Sequence[Callable[[], Any]], x64: bool) -> Iterator[Leader]:
     members, token, pinned = [], None, False
     try:
         for i, run in enumerate(runs):
-            members.append(_start(cores[i + 1], _job(run, x64)))
+            members.append(_start(cores[i + 1], _job(run)))
         os.sched_setaffinity(0, {cores[0]})
         pinned = True
         leader = Leader(members)
@@ -260,7 +272,9 @@ def _member(fd: int) -> None:
         sys.path[:] = job["path"]  # where the caller found the modules its model comes from
         import jax
 
-        jax.config.update("jax_enable_x64", job["x64"])
+        for name, value in job["settings"].items():
+            if value is not None:
+                jax.config.update(name, value)
         run = pickle.loads(job["run"])  # cloudpickle's output loads with pickle
         warnings.simplefilter("ignore")  # the leader warns, over every chain
         token = _CURRENT.set(Member(conn))
