@@ -17,6 +17,7 @@ from numpyro.diagnostics import effective_sample_size
 
 from numpyro_dpgm.distributions import CollectiveGraphicalModel, LaplaceNoise
 from numpyro_dpgm.infer.bayes import run_nuts
+from numpyro_dpgm.infer.bayes.extend import draw_more
 from numpyro_dpgm.infer.bayes.team import SHARED_SETTINGS, Leader, Member, TeamError, _job
 from numpyro_dpgm.network import MarkovNetwork
 
@@ -171,11 +172,18 @@ def test_a_team_samples_the_posterior_of_one_process():
     draws = team.get_samples(group_by_chain=True)
     assert draws["n"].shape[:2] == (4, draws["theta"].shape[1]) and team.batches >= 1
     assert not np.allclose(draws["theta"][0], draws["theta"][2])  # the member's own chains
+    with pytest.raises(ValueError, match="team of processes"):
+        draw_more(team)  # the chains' last states stayed in their processes
     for site in ("theta", "n"):
         a, b = (np.asarray(r.get_samples(group_by_chain=True)[site]) for r in (team, one))
         se = np.sqrt(sum(x.reshape(-1, x.shape[-1]).var(0) / effective_sample_size(x)
                          for x in (a, b)))
         assert (np.abs(a.mean((0, 1)) - b.mean((0, 1))) / se).max() < 4.0, site
+
+
+def test_an_unknown_chain_method_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="chain_method must be one of .*'processes'"):
+        run_nuts(_release_model, jax.random.key(0), Y, chain_method="threads")
 
 
 @two_cores

@@ -76,6 +76,10 @@ def draw_more(mcmc: MCMC, extra_fields: Sequence[str] = (), deadline: float | No
     the new ones together, chain by chain, with the new last state. ``mcmc.draw_pace`` is then
     the seconds a draw of every chain took in the last call.
     """
+    if getattr(mcmc, "processes", 1) > 1:
+        raise ValueError("draw_more continues a run in this process, and this run's chains were "
+                         "stepped by a team of processes (run_nuts(chain_method='processes')), "
+                         "whose last states stayed there; run again with a longer time_limit")
     if mcmc.last_state is None:
         raise ValueError("draw_more continues a run: call mcmc.run(...) first")
     fields = _fields(mcmc, extra_fields, "draw_more continues runs")

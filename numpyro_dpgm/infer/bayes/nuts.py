@@ -93,8 +93,8 @@ from .team import Leader, Member, chain_shares, deadline_in, lead, seconds_to, t
 from .team import current as current_team
 from .warmup import bounded_warmup
 
-__all__ = ["DENSE_MAX_DIM", "NUTS_FIELDS", "NUTS_METRICS", "PILOT_DRAWS", "PILOT_SHARE",
-           "WARMUP_SHARE", "WARMUP_SHARE_FIXED_METRIC", "WARMUP_STEPS",
+__all__ = ["CHAIN_METHODS", "DENSE_MAX_DIM", "NUTS_FIELDS", "NUTS_METRICS", "PILOT_DRAWS",
+           "PILOT_SHARE", "WARMUP_SHARE", "WARMUP_SHARE_FIXED_METRIC", "WARMUP_STEPS",
            "WARMUP_STEPS_FIXED_METRIC", "pilot_draws", "run_nuts", "user_collapse"]
 
 Array = Any
@@ -289,6 +289,8 @@ def run_nuts(
     started = time.perf_counter()
     if metric not in (None, *NUTS_METRICS):
         raise ValueError(f"metric must be one of {NUTS_METRICS} or None, got {metric!r}")
+    if chain_method not in CHAIN_METHODS:
+        raise ValueError(f"chain_method must be one of {CHAIN_METHODS}, got {chain_method!r}")
     if chain_method == "processes":
         settings = dict(
             num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains, init=init,
@@ -604,6 +606,10 @@ def _collapsed_kernel(model: Callable[..., Any], chosen: Any, *, model_args: tup
         target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth,
         **chosen.nuts_options)
 
+
+#: The ways :func:`run_nuts` runs its chains (``chain_method``): NumPyro's three, ``"auto"``
+#: and a team of processes (:mod:`.team`).
+CHAIN_METHODS = ("auto", "sequential", "parallel", "vectorized", "processes")
 
 #: The metrics of :func:`run_nuts` (``metric``): the collapsed path's two and NumPyro's.
 NUTS_METRICS = ("pilot", "laplace", "adapt")
