@@ -184,7 +184,7 @@ def run_nuts(
         arguments must pickle with ``cloudpickle``; ``callback`` and ``warmup_callback`` see
         this process's chains. Not chosen by ``"auto"``: each process pays the set-up and
         compilation on one core, and on Adult's 842-cell release that cost more than the
-        cores gave back (:mod:`~numpyro_dpgm.infer.bayes.team`).
+        cores gave back, with the compilation cached too (:mod:`~numpyro_dpgm.infer.bayes.team`).
     progress_bar : bool
     target_accept_prob, max_tree_depth :
         NUTS options.

@@ -29,7 +29,10 @@ above are no-ops without one.
 Not the default, because it does not yet pay: every process computes the Laplace metric's mode
 and compiles the sampler itself, on one core, where one process does both once on every core;
 on Adult's 842-cell release with ``time_limit=600`` that set-up took about a third of the
-limit in each process, and the run ended further from convergence than one process's
+limit in each process, and the run ended further from convergence than one process's. With
+the compilation cached, one process still led: a chain's step of the collapsed kernel in a
+pinned process gave about 1.4 times one process's, not the gradient loop's 2.2–2.7, and the
+calling process, pinned after JAX had started, stepped at about half a member's pace
 (``docs/measurements.md``, "Chains on a team of processes").
 """
 
